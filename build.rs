@@ -1,0 +1,155 @@
+//! Finds NCCL and the CUDA headers, translates them with bindgen, compiles the C shim, and links libnccl.
+//! The steps, in order: `find` (discovery), `header` (versions), `bindings` (bindgen), the shim (cc), linking.
+//! Any failure ends the build with one message on stderr: what is missing, where it looked, how to fix it.
+
+#[path = "build/bindings.rs"]
+mod bindings;
+#[path = "build/env.rs"]
+mod env;
+#[path = "build/find.rs"]
+mod find;
+#[path = "build/header.rs"]
+mod header;
+
+use std::path::{Path, PathBuf};
+
+/// Minor versions the `nccl_2_<minor>` cfg flags are declared for (see `emit_version`).
+const NCCL_MINORS: std::ops::RangeInclusive<u32> = 0..=99;
+
+fn main() {
+    if let Err(message) = run() {
+        eprintln!("\nerror: {message}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let manifest_dir = PathBuf::from(required("CARGO_MANIFEST_DIR")?);
+    let out_dir = PathBuf::from(required("OUT_DIR")?);
+    for input in ["build.rs", "build", "wrapper.h", "shim"] {
+        println!("cargo:rerun-if-changed={input}");
+    }
+
+    let places = find::Places::new(&manifest_dir, &pinned_nccl());
+    let found = find::find(&BuildHost, &places)?;
+    let nccl = header::nccl_version(&found.nccl_include.join("nccl.h"))?;
+    let cuda = header::cuda_version(&found.cuda_include[0].join("cuda.h"))?;
+
+    let mut include_dirs = vec![found.nccl_include.clone()];
+    include_dirs.extend(found.cuda_include.iter().cloned());
+    generate_bindings(&bindings::Inputs {
+        wrapper: &manifest_dir.join("wrapper.h"),
+        shim_header: &manifest_dir.join("shim/shim.h"),
+        include_dirs: &include_dirs,
+        out_dir: &out_dir,
+    })?;
+
+    cc::Build::new()
+        .file(manifest_dir.join("shim/shim.c"))
+        .includes(&include_dirs)
+        .warnings(true)
+        .extra_warnings(true)
+        .try_compile("metrale_gpu_shim")
+        .map_err(|e| format!("cannot compile shim/shim.c against {}: {e}", found.nccl_include.display()))?;
+
+    link_nccl(&found);
+    emit_version(nccl, cuda, &found, &out_dir);
+    Ok(())
+}
+
+/// NCCL's version as the crate's version carries it (`0.1.0+nccl-2.29.7`): the one place it is pinned.
+fn pinned_nccl() -> String {
+    let version = env!("CARGO_PKG_VERSION");
+    version.split_once("+nccl-").map_or(String::new(), |(_, v)| v.to_string())
+}
+
+fn required(name: &str) -> Result<std::ffi::OsString, String> {
+    env::var(name).ok_or_else(|| format!("{name} is not set: run this build script through cargo"))
+}
+
+/// bindgen panics when it cannot load libclang; that becomes the same kind of message as any other failure.
+fn generate_bindings(inputs: &bindings::Inputs) -> Result<(), String> {
+    std::panic::set_hook(Box::new(|_| {}));
+    let result = std::panic::catch_unwind(|| bindings::generate(inputs));
+    let _ = std::panic::take_hook();
+    result.unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        Err(format!(
+            "bindgen failed: {why}\nbindgen needs libclang: `apt-get install libclang-dev` (ci/setup does it), \
+             or set LIBCLANG_PATH to the directory holding libclang.so."
+        ))
+    })
+}
+
+/// Dynamic link to libnccl, by its SONAME where the unversioned link is missing (pip wheels), with a
+/// RUNPATH so that this crate's tests and examples run without LD_LIBRARY_PATH (which still overrides it).
+fn link_nccl(found: &find::Found) {
+    let dir = found.nccl_lib_dir.display();
+    println!("cargo:rustc-link-search=native={dir}");
+    if found.nccl_lib_file == "libnccl.so" {
+        println!("cargo:rustc-link-lib=dylib=nccl");
+    } else {
+        println!("cargo:rustc-link-lib=dylib:+verbatim={}", found.nccl_lib_file);
+    }
+    println!("cargo:rustc-link-arg=-Wl,--enable-new-dtags,-rpath,{dir}");
+}
+
+/// Versions for this crate (cfg flags) and for dependents (`DEP_NCCL_*` in their build scripts).
+fn emit_version(nccl: header::NcclVersion, cuda: u32, found: &find::Found, out_dir: &Path) {
+    for minor in NCCL_MINORS {
+        println!("cargo:rustc-check-cfg=cfg(nccl_2_{minor})");
+        if nccl.major > 2 || (nccl.major == 2 && minor <= nccl.minor) {
+            println!("cargo:rustc-cfg=nccl_2_{minor}");
+        }
+    }
+    println!("cargo:version_number={}", nccl.code());
+    println!("cargo:version={nccl}");
+    println!("cargo:cuda_version={cuda}");
+    println!("cargo:include={}", found.nccl_include.display());
+    println!("cargo:lib_dir={}", found.nccl_lib_dir.display());
+    let cuda_include: Vec<String> = found.cuda_include.iter().map(|d| d.display().to_string()).collect();
+    println!("cargo:cuda_include={}", cuda_include.join(":"));
+    println!("cargo:bindings={}", out_dir.join("bindings.rs").display());
+    // For the crate's own diagnostics (`version::build_info`).
+    println!("cargo:rustc-env=METRALE_NCCL_INCLUDE={}", found.nccl_include.display());
+    println!("cargo:rustc-env=METRALE_NCCL_LIB_DIR={}", found.nccl_lib_dir.display());
+    println!("cargo:rustc-env=METRALE_NCCL_FOUND_BY={}", found.nccl_step);
+    println!("cargo:rustc-env=METRALE_CUDA_INCLUDE={}", found.cuda_include[0].display());
+    println!("cargo:rustc-env=METRALE_CUDA_FOUND_BY={}", found.cuda_step);
+}
+
+/// Reads the environment and pkg-config for `find`.
+struct BuildHost;
+
+impl find::Host for BuildHost {
+    fn var(&self, name: &str) -> Option<PathBuf> {
+        env::var(name).map(PathBuf::from)
+    }
+
+    fn pkg_config(&self, name: &str) -> Result<find::PkgConfig, String> {
+        pkg_config::Config::new()
+            .cargo_metadata(false)
+            .env_metadata(true)
+            .probe(name)
+            .map(|lib| find::PkgConfig { include_paths: lib.include_paths, link_paths: lib.link_paths })
+            .map_err(|e| e.to_string().lines().next().unwrap_or("failed").to_string())
+    }
+
+    fn pkg_config_cuda_names(&self) -> Vec<String> {
+        env::var("PKG_CONFIG_PATH");
+        let Ok(out) = std::process::Command::new("pkg-config").arg("--list-package-names").output() else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|n| n.starts_with("cuda-") && n[5..].chars().all(|c| c.is_ascii_digit() || c == '.'))
+            .map(String::from)
+            .collect();
+        names.sort_by_key(|n| std::cmp::Reverse(n[5..].split('.').map(|p| p.parse().unwrap_or(0)).collect::<Vec<u32>>()));
+        names
+    }
+}

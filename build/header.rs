@@ -1,0 +1,55 @@
+//! Versions read from the headers that were found, before bindgen runs, so the build can name them in
+//! cfg flags and metadata (and in its messages) whatever bindgen later makes of them.
+
+use std::path::Path;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NcclVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl NcclVersion {
+    /// `NCCL_VERSION(major, minor, patch)` as nccl.h computes it (the encoding changed after 2.8).
+    pub fn code(self) -> u32 {
+        if self.major <= 2 && self.minor <= 8 {
+            self.major * 1000 + self.minor * 100 + self.patch
+        } else {
+            self.major * 10000 + self.minor * 100 + self.patch
+        }
+    }
+}
+
+impl std::fmt::Display for NcclVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// `NCCL_MAJOR`, `NCCL_MINOR` and `NCCL_PATCH` from `nccl.h`.
+pub fn nccl_version(nccl_h: &Path) -> Result<NcclVersion, String> {
+    let text = read(nccl_h)?;
+    let field = |name: &str| {
+        define(&text, name).ok_or_else(|| format!("{} defines no numeric {name}: is it NCCL's nccl.h?", nccl_h.display()))
+    };
+    Ok(NcclVersion { major: field("NCCL_MAJOR")?, minor: field("NCCL_MINOR")?, patch: field("NCCL_PATCH")? })
+}
+
+/// `CUDA_VERSION` from `cuda.h` (e.g. 13000 for 13.0).
+pub fn cuda_version(cuda_h: &Path) -> Result<u32, String> {
+    let text = read(cuda_h)?;
+    define(&text, "CUDA_VERSION").ok_or_else(|| format!("{} defines no numeric CUDA_VERSION", cuda_h.display()))
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+/// The value of `#define NAME <number>`.
+fn define(text: &str, name: &str) -> Option<u32> {
+    text.lines().find_map(|line| {
+        let mut words = line.split_whitespace();
+        (words.next() == Some("#define") && words.next() == Some(name)).then(|| words.next()?.parse().ok())?
+    })
+}
