@@ -50,7 +50,12 @@ fn run() -> Result<(), String> {
         .warnings(true)
         .extra_warnings(true)
         .try_compile("metrale_gpu_shim")
-        .map_err(|e| format!("cannot compile shim/shim.c against {}: {e}", found.nccl_include.display()))?;
+        .map_err(|e| {
+            format!(
+                "cannot compile shim/shim.c against {}: {e}",
+                found.nccl_include.display()
+            )
+        })?;
 
     link_nccl(&found);
     emit_version(nccl, cuda, &found, &out_dir);
@@ -60,7 +65,9 @@ fn run() -> Result<(), String> {
 /// NCCL's version as the crate's version carries it (`0.1.0+nccl-2.29.7`): the one place it is pinned.
 fn pinned_nccl() -> String {
     let version = env!("CARGO_PKG_VERSION");
-    version.split_once("+nccl-").map_or(String::new(), |(_, v)| v.to_string())
+    version
+        .split_once("+nccl-")
+        .map_or(String::new(), |(_, v)| v.to_string())
 }
 
 fn required(name: &str) -> Result<std::ffi::OsString, String> {
@@ -93,7 +100,10 @@ fn link_nccl(found: &find::Found) {
     if found.nccl_lib_file == "libnccl.so" {
         println!("cargo:rustc-link-lib=dylib=nccl");
     } else {
-        println!("cargo:rustc-link-lib=dylib:+verbatim={}", found.nccl_lib_file);
+        println!(
+            "cargo:rustc-link-lib=dylib:+verbatim={}",
+            found.nccl_lib_file
+        );
     }
     println!("cargo:rustc-link-arg=-Wl,--enable-new-dtags,-rpath,{dir}");
 }
@@ -111,14 +121,27 @@ fn emit_version(nccl: header::NcclVersion, cuda: u32, found: &find::Found, out_d
     println!("cargo:cuda_version={cuda}");
     println!("cargo:include={}", found.nccl_include.display());
     println!("cargo:lib_dir={}", found.nccl_lib_dir.display());
-    let cuda_include: Vec<String> = found.cuda_include.iter().map(|d| d.display().to_string()).collect();
+    let cuda_include: Vec<String> = found
+        .cuda_include
+        .iter()
+        .map(|d| d.display().to_string())
+        .collect();
     println!("cargo:cuda_include={}", cuda_include.join(":"));
     println!("cargo:bindings={}", out_dir.join("bindings.rs").display());
     // For the crate's own diagnostics (`version::build_info`).
-    println!("cargo:rustc-env=METRALE_NCCL_INCLUDE={}", found.nccl_include.display());
-    println!("cargo:rustc-env=METRALE_NCCL_LIB_DIR={}", found.nccl_lib_dir.display());
+    println!(
+        "cargo:rustc-env=METRALE_NCCL_INCLUDE={}",
+        found.nccl_include.display()
+    );
+    println!(
+        "cargo:rustc-env=METRALE_NCCL_LIB_DIR={}",
+        found.nccl_lib_dir.display()
+    );
     println!("cargo:rustc-env=METRALE_NCCL_FOUND_BY={}", found.nccl_step);
-    println!("cargo:rustc-env=METRALE_CUDA_INCLUDE={}", found.cuda_include[0].display());
+    println!(
+        "cargo:rustc-env=METRALE_CUDA_INCLUDE={}",
+        found.cuda_include[0].display()
+    );
     println!("cargo:rustc-env=METRALE_CUDA_FOUND_BY={}", found.cuda_step);
 }
 
@@ -135,21 +158,36 @@ impl find::Host for BuildHost {
             .cargo_metadata(false)
             .env_metadata(true)
             .probe(name)
-            .map(|lib| find::PkgConfig { include_paths: lib.include_paths, link_paths: lib.link_paths })
+            .map(|lib| find::PkgConfig {
+                include_paths: lib.include_paths,
+                link_paths: lib.link_paths,
+            })
             .map_err(|e| e.to_string().lines().next().unwrap_or("failed").to_string())
     }
 
     fn pkg_config_cuda_names(&self) -> Vec<String> {
         env::var("PKG_CONFIG_PATH");
-        let Ok(out) = std::process::Command::new("pkg-config").arg("--list-package-names").output() else {
+        let Ok(out) = std::process::Command::new("pkg-config")
+            .arg("--list-package-names")
+            .output()
+        else {
             return Vec::new();
         };
         let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
             .lines()
-            .filter(|n| n.starts_with("cuda-") && n[5..].chars().all(|c| c.is_ascii_digit() || c == '.'))
+            .filter(|n| {
+                n.starts_with("cuda-") && n[5..].chars().all(|c| c.is_ascii_digit() || c == '.')
+            })
             .map(String::from)
             .collect();
-        names.sort_by_key(|n| std::cmp::Reverse(n[5..].split('.').map(|p| p.parse().unwrap_or(0)).collect::<Vec<u32>>()));
+        names.sort_by_key(|n| {
+            std::cmp::Reverse(
+                n[5..]
+                    .split('.')
+                    .map(|p| p.parse().unwrap_or(0))
+                    .collect::<Vec<u32>>(),
+            )
+        });
         names
     }
 }

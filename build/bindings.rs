@@ -46,7 +46,8 @@ const DRIVER_FUNCTIONS: &[&str] = &[
 ];
 
 /// The `cuda.h` types the helpers name (with what they refer to).
-const DRIVER_TYPES: &str = "CUresult|CUdevice|CUcontext|CUstream|CUevent|CUdeviceptr|CUgraph|CUgraphExec\
+const DRIVER_TYPES: &str =
+    "CUresult|CUdevice|CUcontext|CUstream|CUevent|CUdeviceptr|CUgraph|CUgraphExec\
     |CUstream_flags(_enum)?|CUevent_flags(_enum)?|CUstreamCaptureMode(_enum)?";
 
 pub struct Inputs<'a> {
@@ -82,10 +83,18 @@ fn base(inputs: &Inputs) -> bindgen::Builder {
     bindgen::Builder::default()
         .header(inputs.wrapper.to_string_lossy())
         .clang_args(["-x", "c", "-std=c11"])
-        .clang_args(inputs.include_dirs.iter().map(|d| format!("-I{}", d.display())))
+        .clang_args(
+            inputs
+                .include_dirs
+                .iter()
+                .map(|d| format!("-I{}", d.display())),
+        )
         // Every C enum becomes a transparent newtype: a value the header does not list (a newer
         // library's status, a custom reduction op) is then a value, never undefined behaviour.
-        .default_enum_style(bindgen::EnumVariation::NewType { is_bitfield: false, is_global: false })
+        .default_enum_style(bindgen::EnumVariation::NewType {
+            is_bitfield: false,
+            is_global: false,
+        })
         .derive_default(false)
         .derive_eq(true)
         .derive_hash(true)
@@ -109,5 +118,7 @@ fn write(builder: bindgen::Builder, path: &Path) -> Result<(), String> {
              ci/setup installs a matching set."
         )
     })?;
-    bindings.write_to_file(path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    bindings
+        .write_to_file(path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }

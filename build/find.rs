@@ -68,7 +68,10 @@ pub fn find(host: &dyn Host, places: &Places) -> Result<Found, String> {
     let mut cuda_tried = String::new();
     let cuda = find_cuda(host, places, &mut cuda_tried);
     match (nccl, cuda) {
-        (Ok((nccl_include, nccl_lib_dir, nccl_lib_file, nccl_step)), Ok((cuda_include, cuda_step))) => Ok(Found {
+        (
+            Ok((nccl_include, nccl_lib_dir, nccl_lib_file, nccl_step)),
+            Ok((cuda_include, cuda_step)),
+        ) => Ok(Found {
             nccl_include,
             nccl_lib_dir,
             nccl_lib_file,
@@ -103,7 +106,11 @@ fn find_nccl(host: &dyn Host, places: &Places, tried: &mut String) -> Result<Ncc
     // 2. An installation root.
     for name in ["NCCL_HOME", "NCCL_ROOT"] {
         match host.var(name) {
-            Some(root) => steps.push((format!("{name}={}", root.display()), vec![root.join("include")], lib_dirs(&root))),
+            Some(root) => steps.push((
+                format!("{name}={}", root.display()),
+                vec![root.join("include")],
+                lib_dirs(&root),
+            )),
             None => note(tried, name, "not set"),
         }
     }
@@ -132,12 +139,20 @@ fn find_nccl(host: &dyn Host, places: &Places, tried: &mut String) -> Result<Ncc
     // 5. The CUDA toolkit's root, then the system.
     for name in ["CUDA_HOME", "CUDA_PATH"] {
         match host.var(name) {
-            Some(root) => steps.push((format!("{name}={}", root.display()), vec![root.join("include")], lib_dirs(&root))),
+            Some(root) => steps.push((
+                format!("{name}={}", root.display()),
+                vec![root.join("include")],
+                lib_dirs(&root),
+            )),
             None => note(tried, name, "not set"),
         }
     }
     let cuda = &places.usr_local_cuda;
-    steps.push((cuda.display().to_string(), vec![cuda.join("include")], lib_dirs(cuda)));
+    steps.push((
+        cuda.display().to_string(),
+        vec![cuda.join("include")],
+        lib_dirs(cuda),
+    ));
     steps.push((
         "the system directories".into(),
         vec![places.system_include.clone()],
@@ -147,25 +162,39 @@ fn find_nccl(host: &dyn Host, places: &Places, tried: &mut String) -> Result<Ncc
 }
 
 /// The first step whose include directories hold `nccl.h`; a header without a library is noted, not taken.
-fn first_nccl(steps: &[(String, Vec<PathBuf>, Vec<PathBuf>)], tried: &mut String) -> Option<NcclHit> {
+fn first_nccl(
+    steps: &[(String, Vec<PathBuf>, Vec<PathBuf>)],
+    tried: &mut String,
+) -> Option<NcclHit> {
     for (step, incs, libs) in steps {
         let Some(inc) = incs.iter().find(|d| d.join("nccl.h").is_file()) else {
             note(tried, step, &format!("no nccl.h in {}", list(incs)));
             continue;
         };
-        match libs.iter().find_map(|d| nccl_lib_file(d).map(|f| (d.clone(), f))) {
+        match libs
+            .iter()
+            .find_map(|d| nccl_lib_file(d).map(|f| (d.clone(), f)))
+        {
             Some((lib_dir, file)) => return Some((inc.clone(), lib_dir, file, step.clone())),
             None => note(
                 tried,
                 step,
-                &format!("nccl.h in {}, but no libnccl.so or libnccl.so.2 in {}", inc.display(), list(libs)),
+                &format!(
+                    "nccl.h in {}, but no libnccl.so or libnccl.so.2 in {}",
+                    inc.display(),
+                    list(libs)
+                ),
             ),
         }
     }
     None
 }
 
-fn find_cuda(host: &dyn Host, places: &Places, tried: &mut String) -> Result<(Vec<PathBuf>, String), String> {
+fn find_cuda(
+    host: &dyn Host,
+    places: &Places,
+    tried: &mut String,
+) -> Result<(Vec<PathBuf>, String), String> {
     let mut steps: Vec<(String, PathBuf)> = Vec::new();
     match host.var("CUDA_INCLUDE_DIR") {
         Some(dir) => steps.push(("CUDA_INCLUDE_DIR".into(), dir)),
@@ -177,7 +206,10 @@ fn find_cuda(host: &dyn Host, places: &Places, tried: &mut String) -> Result<(Ve
             None => note(tried, name, "not set"),
         }
     }
-    steps.push(("ci/setup's folder".into(), places.setup_cuda.join("include")));
+    steps.push((
+        "ci/setup's folder".into(),
+        places.setup_cuda.join("include"),
+    ));
     if let Some(hit) = first_cuda(&steps, tried) {
         return Ok(hit);
     }
@@ -188,12 +220,22 @@ fn find_cuda(host: &dyn Host, places: &Places, tried: &mut String) -> Result<(Ve
     }
     for name in names {
         match host.pkg_config(&name) {
-            Ok(pc) => steps.extend(pc.include_paths.into_iter().map(|d| (format!("pkg-config {name}"), d))),
+            Ok(pc) => steps.extend(
+                pc.include_paths
+                    .into_iter()
+                    .map(|d| (format!("pkg-config {name}"), d)),
+            ),
             Err(why) => note(tried, &format!("pkg-config {name}"), &why),
         }
     }
-    steps.push((places.usr_local_cuda.display().to_string(), places.usr_local_cuda.join("include")));
-    steps.push(("the system directories".into(), places.system_include.clone()));
+    steps.push((
+        places.usr_local_cuda.display().to_string(),
+        places.usr_local_cuda.join("include"),
+    ));
+    steps.push((
+        "the system directories".into(),
+        places.system_include.clone(),
+    ));
     first_cuda(&steps, tried).ok_or_else(|| "the CUDA headers (cuda.h)".to_string())
 }
 
@@ -243,7 +285,10 @@ fn list(dirs: &[PathBuf]) -> String {
 
 fn not_found_message(nccl: Option<(String, String)>, cuda: Option<(String, String)>) -> String {
     let mut msg = String::from("metrale-gpu-sys could not find ");
-    let missing: Vec<&str> = [&nccl, &cuda].iter().filter_map(|m| m.as_ref().map(|(what, _)| what.as_str())).collect();
+    let missing: Vec<&str> = [&nccl, &cuda]
+        .iter()
+        .filter_map(|m| m.as_ref().map(|(what, _)| what.as_str()))
+        .collect();
     msg.push_str(&missing.join(" nor "));
     msg.push_str(".\n");
     for (what, tried) in [nccl, cuda].into_iter().flatten() {

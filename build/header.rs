@@ -31,15 +31,25 @@ impl std::fmt::Display for NcclVersion {
 pub fn nccl_version(nccl_h: &Path) -> Result<NcclVersion, String> {
     let text = read(nccl_h)?;
     let field = |name: &str| {
-        define(&text, name).ok_or_else(|| format!("{} defines no numeric {name}: is it NCCL's nccl.h?", nccl_h.display()))
+        define(&text, name).ok_or_else(|| {
+            format!(
+                "{} defines no numeric {name}: is it NCCL's nccl.h?",
+                nccl_h.display()
+            )
+        })
     };
-    Ok(NcclVersion { major: field("NCCL_MAJOR")?, minor: field("NCCL_MINOR")?, patch: field("NCCL_PATCH")? })
+    Ok(NcclVersion {
+        major: field("NCCL_MAJOR")?,
+        minor: field("NCCL_MINOR")?,
+        patch: field("NCCL_PATCH")?,
+    })
 }
 
 /// `CUDA_VERSION` from `cuda.h` (e.g. 13000 for 13.0).
 pub fn cuda_version(cuda_h: &Path) -> Result<u32, String> {
     let text = read(cuda_h)?;
-    define(&text, "CUDA_VERSION").ok_or_else(|| format!("{} defines no numeric CUDA_VERSION", cuda_h.display()))
+    define(&text, "CUDA_VERSION")
+        .ok_or_else(|| format!("{} defines no numeric CUDA_VERSION", cuda_h.display()))
 }
 
 fn read(path: &Path) -> Result<String, String> {
@@ -50,6 +60,7 @@ fn read(path: &Path) -> Result<String, String> {
 fn define(text: &str, name: &str) -> Option<u32> {
     text.lines().find_map(|line| {
         let mut words = line.split_whitespace();
-        (words.next() == Some("#define") && words.next() == Some(name)).then(|| words.next()?.parse().ok())?
+        (words.next() == Some("#define") && words.next() == Some(name))
+            .then(|| words.next()?.parse().ok())?
     })
 }

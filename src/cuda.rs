@@ -5,8 +5,8 @@
 use std::sync::{Mutex, OnceLock};
 
 pub use crate::bindings::{
-    CUcontext, CUdevice, CUdeviceptr, CUevent, CUevent_flags, CUgraph, CUgraphExec, CUresult, CUstream,
-    CUstreamCaptureMode, CUstream_flags, CUDA_VERSION,
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUevent_flags, CUgraph, CUgraphExec, CUresult,
+    CUstream, CUstreamCaptureMode, CUstream_flags, CUDA_VERSION,
 };
 use crate::error::{c_text, GpuError};
 
@@ -33,7 +33,10 @@ pub fn driver(context: &str) -> Result<&'static DriverApi, GpuError> {
 }
 
 fn load() -> Result<DriverApi, GpuError> {
-    let unavailable = |reason: String| GpuError::DriverUnavailable { context: String::new(), reason };
+    let unavailable = |reason: String| GpuError::DriverUnavailable {
+        context: String::new(),
+        reason,
+    };
     // SAFETY: loading libcuda runs its initialisers, which have no preconditions.
     let library = unsafe { libloading::Library::new(DRIVER_LIBRARY) }.map_err(|e| {
         unavailable(format!(
@@ -58,10 +61,18 @@ fn load() -> Result<DriverApi, GpuError> {
 
 fn with_context(error: GpuError, context: &str) -> GpuError {
     match error {
-        GpuError::DriverUnavailable { reason, .. } => GpuError::DriverUnavailable { context: context.into(), reason },
-        GpuError::Cuda { code, name, text, .. } => {
-            GpuError::Cuda { context: format!("{context} (cuInit)"), code, name, text }
-        }
+        GpuError::DriverUnavailable { reason, .. } => GpuError::DriverUnavailable {
+            context: context.into(),
+            reason,
+        },
+        GpuError::Cuda {
+            code, name, text, ..
+        } => GpuError::Cuda {
+            context: format!("{context} (cuInit)"),
+            code,
+            name,
+            text,
+        },
         other => other,
     }
 }
@@ -109,7 +120,9 @@ pub fn use_device(device: i32, context: &str) -> Result<&'static DriverApi, GpuE
 }
 
 fn primary_context(api: &DriverApi, device: i32, context: &str) -> Result<CUcontext, GpuError> {
-    let mut known = PRIMARY.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut known = PRIMARY
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(&(_, ctx)) = known.iter().find(|(d, _)| *d == device) {
         return Ok(ctx as CUcontext);
     }

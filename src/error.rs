@@ -53,7 +53,12 @@ pub enum GpuError {
 impl fmt::Display for GpuError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            GpuError::Nccl { context, code, text, last_error } => {
+            GpuError::Nccl {
+                context,
+                code,
+                text,
+                last_error,
+            } => {
                 write!(f, "{context} failed: NCCL error {} ({text})", code.0)?;
                 if code.0 >= ncclResult_t::ncclNumResults.0 {
                     write!(
@@ -68,13 +73,25 @@ impl fmt::Display for GpuError {
                     None => Ok(()),
                 }
             }
-            GpuError::Cuda { context, code, name, text } => {
+            GpuError::Cuda {
+                context,
+                code,
+                name,
+                text,
+            } => {
                 write!(f, "{context} failed: CUDA error {} {name} ({text})", code.0)
             }
             GpuError::DriverUnavailable { context, reason } => {
-                write!(f, "{context} needs the CUDA driver, which is unavailable: {reason}")
+                write!(
+                    f,
+                    "{context} needs the CUDA driver, which is unavailable: {reason}"
+                )
             }
-            GpuError::VersionSkew { headers, library, library_path } => {
+            GpuError::VersionSkew {
+                headers,
+                library,
+                library_path,
+            } => {
                 write!(f, "NCCL version skew: the loaded libnccl is {library}")?;
                 if let Some(path) = library_path {
                     write!(f, " ({path})")?;
@@ -99,7 +116,12 @@ pub fn check_nccl(result: ncclResult_t, context: &str) -> Result<(), GpuError> {
         return Ok(());
     }
     // SAFETY: both return NULL or a pointer to a static, NUL-terminated string; any code is accepted.
-    let (text, last) = unsafe { (c_text(ncclGetErrorString(result)), c_text(ncclGetLastError(std::ptr::null_mut()))) };
+    let (text, last) = unsafe {
+        (
+            c_text(ncclGetErrorString(result)),
+            c_text(ncclGetLastError(std::ptr::null_mut())),
+        )
+    };
     Err(GpuError::Nccl {
         context: context.to_string(),
         code: result,
@@ -114,5 +136,9 @@ pub fn check_nccl(result: ncclResult_t, context: &str) -> Result<(), GpuError> {
 /// `ptr` is NULL or points to a NUL-terminated string that lives for the duration of the call.
 pub(crate) unsafe fn c_text(ptr: *const std::os::raw::c_char) -> Option<String> {
     // SAFETY: guaranteed by the caller.
-    (!ptr.is_null()).then(|| unsafe { CStr::from_ptr(ptr) }.to_string_lossy().into_owned())
+    (!ptr.is_null()).then(|| {
+        unsafe { CStr::from_ptr(ptr) }
+            .to_string_lossy()
+            .into_owned()
+    })
 }

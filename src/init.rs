@@ -2,8 +2,8 @@
 //! header's, and the unique id's conversion to bytes for sending between processes.
 
 use crate::bindings::{
-    metrale_nccl_config_initializer, metrale_nccl_sim_info_initializer, ncclConfig_t, ncclGetUniqueId,
-    ncclSimInfo_t, ncclUniqueId, METRALE_NCCL_CONFIG_UNDEF_INT,
+    metrale_nccl_config_initializer, metrale_nccl_sim_info_initializer, ncclConfig_t,
+    ncclGetUniqueId, ncclSimInfo_t, ncclUniqueId, METRALE_NCCL_CONFIG_UNDEF_INT,
 };
 use crate::error::{check_nccl, GpuError};
 
@@ -41,7 +41,9 @@ impl ncclUniqueId {
 
     /// A new id from `ncclGetUniqueId`, for rank 0 to hand to the other ranks.
     pub fn new() -> Result<ncclUniqueId, GpuError> {
-        let mut id = ncclUniqueId { internal: [0; Self::BYTES] };
+        let mut id = ncclUniqueId {
+            internal: [0; Self::BYTES],
+        };
         // SAFETY: writes one ncclUniqueId through a valid pointer.
         check_nccl(unsafe { ncclGetUniqueId(&mut id) }, "ncclGetUniqueId")?;
         Ok(id)
@@ -54,7 +56,9 @@ impl ncclUniqueId {
 
     /// The id whose bytes another process sent.
     pub fn from_bytes(bytes: [u8; Self::BYTES]) -> ncclUniqueId {
-        ncclUniqueId { internal: bytes.map(|b| b as std::os::raw::c_char) }
+        ncclUniqueId {
+            internal: bytes.map(|b| b as std::os::raw::c_char),
+        }
     }
 }
 

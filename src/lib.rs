@@ -45,8 +45,17 @@
 
 pub mod bindings {
     //! Everything bindgen generated from `wrapper.h` (`cuda.h` + `nccl.h`) and the shim, under the C names.
-    #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, missing_docs)]
-    #![allow(clippy::missing_safety_doc, clippy::useless_transmute, clippy::ptr_offset_with_cast)]
+    #![allow(
+        non_camel_case_types,
+        non_snake_case,
+        non_upper_case_globals,
+        missing_docs
+    )]
+    #![allow(
+        clippy::missing_safety_doc,
+        clippy::useless_transmute,
+        clippy::ptr_offset_with_cast
+    )]
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 }
 
@@ -71,8 +80,8 @@ pub mod nccl {
     pub use crate::init::NCCL_CONFIG_UNDEF_INT;
     pub use crate::memory::{nccl_mem_alloc, nccl_mem_free};
     pub use crate::stream::{
-        create_event, create_stream, destroy_event, destroy_stream, record_event, stream_ready, stream_wait_event,
-        sync_stream,
+        create_event, create_stream, destroy_event, destroy_stream, record_event, stream_ready,
+        stream_wait_event, sync_stream,
     };
 
     /// `ncclComm_t`, an opaque communicator handle.

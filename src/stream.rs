@@ -5,8 +5,8 @@
 //! the driver) and has not been destroyed. The driver rejects many invalid handles with
 //! `CUDA_ERROR_INVALID_HANDLE`, but a destroyed handle may have been reused, so passing one is a bug.
 
-use crate::cuda::{driver, use_device, CUevent, CUevent_flags, CUstream, CUstream_flags};
 use crate::cuda::check_cuda;
+use crate::cuda::{driver, use_device, CUevent, CUevent_flags, CUstream, CUstream_flags};
 use crate::error::GpuError;
 
 /// Creates a non-blocking stream on `device` (an ordinal, as in `cuDeviceGet`), first making the device's
@@ -15,7 +15,8 @@ pub fn create_stream(device: i32) -> Result<CUstream, GpuError> {
     let api = use_device(device, "create_stream")?;
     let mut stream: CUstream = std::ptr::null_mut();
     // SAFETY: writes one handle through a valid pointer; the flags are cuda.h's.
-    let result = unsafe { api.cuStreamCreate(&mut stream, CUstream_flags::CU_STREAM_NON_BLOCKING.0) };
+    let result =
+        unsafe { api.cuStreamCreate(&mut stream, CUstream_flags::CU_STREAM_NON_BLOCKING.0) };
     check_cuda(result, "cuStreamCreate")?;
     Ok(stream)
 }
@@ -56,14 +57,20 @@ pub fn record_event(event: CUevent, stream: CUstream) -> Result<(), GpuError> {
 pub fn stream_wait_event(stream: CUstream, event: CUevent) -> Result<(), GpuError> {
     let api = driver("stream_wait_event")?;
     // SAFETY: the module's handle contract; flags 0 is the only documented value.
-    check_cuda(unsafe { api.cuStreamWaitEvent(stream, event, 0) }, "cuStreamWaitEvent")
+    check_cuda(
+        unsafe { api.cuStreamWaitEvent(stream, event, 0) },
+        "cuStreamWaitEvent",
+    )
 }
 
 /// Blocks until all work queued on `stream` has completed, returning the first error it raised.
 pub fn sync_stream(stream: CUstream) -> Result<(), GpuError> {
     let api = driver("sync_stream")?;
     // SAFETY: the module's handle contract.
-    check_cuda(unsafe { api.cuStreamSynchronize(stream) }, "cuStreamSynchronize")
+    check_cuda(
+        unsafe { api.cuStreamSynchronize(stream) },
+        "cuStreamSynchronize",
+    )
 }
 
 /// `cuStreamQuery`, without waiting: `true` when the stream's work is done, `false` while it runs

@@ -19,14 +19,26 @@ pub struct NcclVersion {
 
 impl NcclVersion {
     /// The version of the nccl.h these bindings were generated from.
-    pub const HEADERS: NcclVersion = NcclVersion { major: NCCL_MAJOR, minor: NCCL_MINOR, patch: NCCL_PATCH };
+    pub const HEADERS: NcclVersion = NcclVersion {
+        major: NCCL_MAJOR,
+        minor: NCCL_MINOR,
+        patch: NCCL_PATCH,
+    };
 
     /// Decodes an `NCCL_VERSION_CODE` as `ncclGetVersion` reports it (`2907` style before 2.9, `22907` after).
     pub const fn from_code(code: u32) -> NcclVersion {
         if code >= 10000 {
-            NcclVersion { major: code / 10000, minor: code % 10000 / 100, patch: code % 100 }
+            NcclVersion {
+                major: code / 10000,
+                minor: code % 10000 / 100,
+                patch: code % 100,
+            }
         } else {
-            NcclVersion { major: code / 1000, minor: code % 1000 / 100, patch: code % 100 }
+            NcclVersion {
+                major: code / 1000,
+                minor: code % 1000 / 100,
+                patch: code % 100,
+            }
         }
     }
 }
@@ -59,7 +71,11 @@ pub fn check_library_version() -> Result<NcclVersion, GpuError> {
 /// The verdict alone: `Err` when `library` is older than `headers`.
 pub fn compare(headers: NcclVersion, library: NcclVersion) -> Result<(), GpuError> {
     if library < headers {
-        return Err(GpuError::VersionSkew { headers, library, library_path: library_path() });
+        return Err(GpuError::VersionSkew {
+            headers,
+            library,
+            library_path: library_path(),
+        });
     }
     Ok(())
 }
@@ -70,7 +86,9 @@ pub fn library_path() -> Option<String> {
     // SAFETY: dladdr only reads the address and fills `info`; the function pointer is a valid address in libnccl.
     let found = unsafe { libc::dladdr(ncclGetVersion as *const libc::c_void, info.as_mut_ptr()) };
     // SAFETY: on success dladdr filled `info`; dli_fname is NULL or a NUL-terminated path the loader owns.
-    (found != 0).then(|| unsafe { crate::error::c_text(info.assume_init().dli_fname) }).flatten()
+    (found != 0)
+        .then(|| unsafe { crate::error::c_text(info.assume_init().dli_fname) })
+        .flatten()
 }
 
 /// Where the build script found the headers and the library these bindings come from.
