@@ -43,6 +43,9 @@ const DRIVER_FUNCTIONS: &[&str] = &[
     "cuGraphLaunch",
     "cuGraphDestroy",
     "cuGraphExecDestroy",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyDtoDAsync_v2",
 ];
 
 /// The `cuda.h` types the helpers name (with what they refer to).

@@ -181,7 +181,8 @@ fn all_reduce_check(n: usize) -> Checked {
         }
         let expected = (n * (n + 1) / 2) as f32;
         for &(ptr, stream) in &bufs {
-            sync_stream(stream)?;
+            // SAFETY: the stream is live until the clean-up below.
+            unsafe { sync_stream(stream)? };
             let mut host = vec![0f32; COUNT];
             // SAFETY: writes COUNT floats into `host` from a buffer of that size.
             check_cuda(

@@ -18,7 +18,7 @@ pub enum GpuError {
         code: ncclResult_t,
         /// `ncclGetErrorString(code)`.
         text: String,
-        /// `ncclGetLastError(NULL)`: NCCL's detailed message for the last error on this thread, if any.
+        /// `ncclGetLastError(NULL)`: NCCL's detailed message for the last error it recorded (process-wide).
         last_error: Option<String>,
     },
     /// A CUDA driver call returned something other than `CUDA_SUCCESS`.

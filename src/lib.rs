@@ -32,13 +32,13 @@
 //!         unsafe { ncclAllReduce(buf, buf, 1024, NcclDataType::ncclFloat32, NcclRedOp::ncclSum, comm, stream) },
 //!         "ncclAllReduce",
 //!     )?;
-//!     sync_stream(stream)?;
-//!     // SAFETY: the stream is idle, so nothing uses buf or comm any more.
+//!     // SAFETY: the stream is live; once it is idle nothing uses buf, comm or the stream any more.
 //!     unsafe {
+//!         sync_stream(stream)?;
 //!         nccl_mem_free(buf)?;
 //!         check_nccl(ncclCommDestroy(comm), "ncclCommDestroy")?;
+//!         destroy_stream(stream)
 //!     }
-//!     destroy_stream(stream)
 //! }
 //! ```
 #![warn(missing_docs)]
@@ -85,18 +85,18 @@ pub mod nccl {
     };
 
     /// `ncclComm_t`, an opaque communicator handle.
-    pub type NcclComm = ncclComm_t;
+    pub use crate::bindings::ncclComm_t as NcclComm;
     /// `ncclConfig_t`, exactly as the installed nccl.h defines it; `NcclConfig::default()` is
     /// `NCCL_CONFIG_INITIALIZER`.
-    pub type NcclConfig = ncclConfig_t;
-    /// `ncclUniqueId`: 128 bytes, passed by value; see `to_bytes` / `from_bytes`.
-    pub type NcclUniqueId = ncclUniqueId;
+    pub use crate::bindings::ncclConfig_t as NcclConfig;
     /// `ncclDataType_t`: `NcclDataType::ncclFloat32` etc.
-    pub type NcclDataType = ncclDataType_t;
+    pub use crate::bindings::ncclDataType_t as NcclDataType;
     /// `ncclRedOp_t`: the built-in `NcclRedOp::ncclSum` etc., or a value from `ncclRedOpCreatePreMulSum`.
-    pub type NcclRedOp = ncclRedOp_t;
+    pub use crate::bindings::ncclRedOp_t as NcclRedOp;
     /// `ncclResult_t`: `NcclResult::ncclSuccess` etc.; any other value is representable too.
-    pub type NcclResult = ncclResult_t;
+    pub use crate::bindings::ncclResult_t as NcclResult;
+    /// `ncclUniqueId`: 128 bytes, passed by value; see `to_bytes` / `from_bytes`.
+    pub use crate::bindings::ncclUniqueId as NcclUniqueId;
 }
 
 pub use nccl::*;

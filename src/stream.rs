@@ -1,9 +1,13 @@
 //! Checked stream and event helpers: one driver call each, plus the status check.
 //!
 //! Handles are the driver's raw `CUstream` / `CUevent` (a `CUstream` is the `cudaStream_t` NCCL takes).
-//! Contract shared by every helper that takes a handle: it came from the matching `create_*` helper (or
-//! the driver) and has not been destroyed. The driver rejects many invalid handles with
-//! `CUDA_ERROR_INVALID_HANDLE`, but a destroyed handle may have been reused, so passing one is a bug.
+//! The helpers that take a handle are `unsafe`: the driver dereferences it, and a destroyed handle may
+//! have been reused, so only the caller can promise it is live.
+//!
+//! # Safety
+//! Every handle passed in came from the matching `create_*` helper (or the driver), has not been
+//! destroyed, and is not destroyed by another thread during the call. A null `CUstream` is the legacy
+//! default stream, which the driver accepts.
 
 use crate::cuda::check_cuda;
 use crate::cuda::{driver, use_device, CUevent, CUevent_flags, CUstream, CUstream_flags};
@@ -22,9 +26,12 @@ pub fn create_stream(device: i32) -> Result<CUstream, GpuError> {
 }
 
 /// Destroys a stream from [`create_stream`]; work already queued on it still completes.
-pub fn destroy_stream(stream: CUstream) -> Result<(), GpuError> {
+///
+/// # Safety
+/// The handles are live (see the module's contract).
+pub unsafe fn destroy_stream(stream: CUstream) -> Result<(), GpuError> {
     let api = driver("destroy_stream")?;
-    // SAFETY: the module's handle contract.
+    // SAFETY: the caller upholds the module's handle contract.
     check_cuda(unsafe { api.cuStreamDestroy_v2(stream) }, "cuStreamDestroy")
 }
 
@@ -39,24 +46,33 @@ pub fn create_event(device: i32) -> Result<CUevent, GpuError> {
 }
 
 /// Destroys an event from [`create_event`].
-pub fn destroy_event(event: CUevent) -> Result<(), GpuError> {
+///
+/// # Safety
+/// The handles are live (see the module's contract).
+pub unsafe fn destroy_event(event: CUevent) -> Result<(), GpuError> {
     let api = driver("destroy_event")?;
-    // SAFETY: the module's handle contract.
+    // SAFETY: the caller upholds the module's handle contract.
     check_cuda(unsafe { api.cuEventDestroy_v2(event) }, "cuEventDestroy")
 }
 
 /// Records `event` at the current end of `stream`'s work.
-pub fn record_event(event: CUevent, stream: CUstream) -> Result<(), GpuError> {
+///
+/// # Safety
+/// The handles are live (see the module's contract).
+pub unsafe fn record_event(event: CUevent, stream: CUstream) -> Result<(), GpuError> {
     let api = driver("record_event")?;
-    // SAFETY: the module's handle contract.
+    // SAFETY: the caller upholds the module's handle contract.
     check_cuda(unsafe { api.cuEventRecord(event, stream) }, "cuEventRecord")
 }
 
 /// Makes work queued on `stream` from now on wait until `event` (as last recorded) has completed, without
 /// blocking the host.
-pub fn stream_wait_event(stream: CUstream, event: CUevent) -> Result<(), GpuError> {
+///
+/// # Safety
+/// The handles are live (see the module's contract).
+pub unsafe fn stream_wait_event(stream: CUstream, event: CUevent) -> Result<(), GpuError> {
     let api = driver("stream_wait_event")?;
-    // SAFETY: the module's handle contract; flags 0 is the only documented value.
+    // SAFETY: the caller upholds the module's handle contract; flags 0 is the only documented value.
     check_cuda(
         unsafe { api.cuStreamWaitEvent(stream, event, 0) },
         "cuStreamWaitEvent",
@@ -64,9 +80,12 @@ pub fn stream_wait_event(stream: CUstream, event: CUevent) -> Result<(), GpuErro
 }
 
 /// Blocks until all work queued on `stream` has completed, returning the first error it raised.
-pub fn sync_stream(stream: CUstream) -> Result<(), GpuError> {
+///
+/// # Safety
+/// The handles are live (see the module's contract).
+pub unsafe fn sync_stream(stream: CUstream) -> Result<(), GpuError> {
     let api = driver("sync_stream")?;
-    // SAFETY: the module's handle contract.
+    // SAFETY: the caller upholds the module's handle contract.
     check_cuda(
         unsafe { api.cuStreamSynchronize(stream) },
         "cuStreamSynchronize",
@@ -75,9 +94,12 @@ pub fn sync_stream(stream: CUstream) -> Result<(), GpuError> {
 
 /// `cuStreamQuery`, without waiting: `true` when the stream's work is done, `false` while it runs
 /// (`CUDA_ERROR_NOT_READY`, 600), an error otherwise.
-pub fn stream_ready(stream: CUstream) -> Result<bool, GpuError> {
+///
+/// # Safety
+/// The handles are live (see the module's contract).
+pub unsafe fn stream_ready(stream: CUstream) -> Result<bool, GpuError> {
     let api = driver("stream_ready")?;
-    // SAFETY: the module's handle contract.
+    // SAFETY: the caller upholds the module's handle contract.
     match unsafe { api.cuStreamQuery(stream) } {
         crate::cuda::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
         result => check_cuda(result, "cuStreamQuery").map(|()| true),

@@ -12,7 +12,8 @@ use syn::{Expr, Fields, Item, Lit, Type, UnOp};
 fn main() {
     let var = |name: &str| {
         println!("cargo:rerun-if-env-changed={name}");
-        std::env::var(name).unwrap_or_else(|_| panic!("{name} is unset: systest must depend on metrale-gpu-sys"))
+        std::env::var(name)
+            .unwrap_or_else(|_| panic!("{name} is unset: systest must depend on metrale-gpu-sys"))
     };
     let bindings = PathBuf::from(var("DEP_NCCL_BINDINGS"));
     let mut includes = vec![PathBuf::from(var("DEP_NCCL_INCLUDE"))];
@@ -20,7 +21,10 @@ fn main() {
     let manifest = PathBuf::from(var("CARGO_MANIFEST_DIR"));
     let out = PathBuf::from(var("OUT_DIR"));
     println!("cargo:rerun-if-changed={}", bindings.display());
-    println!("cargo:rustc-link-arg=-Wl,--enable-new-dtags,-rpath,{}", var("DEP_NCCL_LIB_DIR"));
+    println!(
+        "cargo:rustc-link-arg=-Wl,--enable-new-dtags,-rpath,{}",
+        var("DEP_NCCL_LIB_DIR")
+    );
 
     let source = std::fs::read_to_string(&bindings).expect("read the generated bindings");
     let file = syn::parse_file(&source).expect("parse the generated bindings");
@@ -56,7 +60,10 @@ impl Tables {
         for item in items {
             let (target, alias) = match item {
                 Item::Type(alias) => match &*alias.ty {
-                    Type::Path(target) => (target.path.segments.last().map(|s| s.ident.clone()), alias.ident.clone()),
+                    Type::Path(target) => (
+                        target.path.segments.last().map(|s| s.ident.clone()),
+                        alias.ident.clone(),
+                    ),
                     _ => continue,
                 },
                 Item::Use(u) => match &u.tree {
@@ -69,10 +76,17 @@ impl Tables {
                 _ => continue,
             };
             if let Some(target) = target {
-                c_name.entry(target.to_string()).or_insert_with(|| alias.to_string());
+                c_name
+                    .entry(target.to_string())
+                    .or_insert_with(|| alias.to_string());
             }
         }
-        let c_of = |rust: &str| c_name.get(rust).cloned().unwrap_or_else(|| rust.to_string());
+        let c_of = |rust: &str| {
+            c_name
+                .get(rust)
+                .cloned()
+                .unwrap_or_else(|| rust.to_string())
+        };
         let mut t = Tables::default();
         for item in items {
             match item {
@@ -83,8 +97,12 @@ impl Tables {
                         t.types.push((name.clone(), c_of(&name)));
                         continue;
                     };
-                    let names: Vec<String> =
-                        fields.named.iter().filter_map(|f| f.ident.as_ref()).map(|i| i.to_string()).collect();
+                    let names: Vec<String> = fields
+                        .named
+                        .iter()
+                        .filter_map(|f| f.ident.as_ref())
+                        .map(|i| i.to_string())
+                        .collect();
                     if names.iter().any(|f| f.starts_with('_')) {
                         continue; // opaque (`_unused`) or with bindgen's synthetic fields
                     }
@@ -95,19 +113,30 @@ impl Tables {
                     }
                 }
                 Item::Impl(imp) => {
-                    let Type::Path(ty) = &*imp.self_ty else { continue };
-                    let Some(ty) = ty.path.get_ident() else { continue };
+                    let Type::Path(ty) = &*imp.self_ty else {
+                        continue;
+                    };
+                    let Some(ty) = ty.path.get_ident() else {
+                        continue;
+                    };
                     for item in &imp.items {
                         if let syn::ImplItem::Const(k) = item {
-                            t.ints.push((format!("{ty}::{}.0 as i64", k.ident), format!("(long long)({})", k.ident)));
+                            t.ints.push((
+                                format!("{ty}::{}.0 as i64", k.ident),
+                                format!("(long long)({})", k.ident),
+                            ));
                         }
                     }
                 }
                 Item::Const(k) => {
                     let name = k.ident.to_string();
                     match literal(&k.expr) {
-                        Some(Lit::Int(_)) => t.ints.push((format!("{name} as i64"), format!("(long long)({name})"))),
-                        Some(Lit::Float(_)) => t.floats.push((format!("{name} as f64"), format!("(double)({name})"))),
+                        Some(Lit::Int(_)) => t
+                            .ints
+                            .push((format!("{name} as i64"), format!("(long long)({name})"))),
+                        Some(Lit::Float(_)) => t
+                            .floats
+                            .push((format!("{name} as f64"), format!("(double)({name})"))),
                         _ => {} // strings (NCCL_SUFFIX) have no integer view
                     }
                 }
@@ -118,19 +147,63 @@ impl Tables {
     }
 
     fn c_source(&self) -> String {
-        let mut c = String::from("#include <stddef.h>\n#include \"wrapper.h\"\n#include \"shim/shim.h\"\n\n");
+        let mut c = String::from(
+            "#include <stddef.h>\n#include \"wrapper.h\"\n#include \"shim/shim.h\"\n\n",
+        );
         let table = |c: &mut String, ty: &str, name: &str, rows: Vec<String>| {
-            let _ = writeln!(c, "const {ty} {name}[] = {{\n    {},\n}};", rows.join(",\n    "));
+            let _ = writeln!(
+                c,
+                "const {ty} {name}[] = {{\n    {},\n}};",
+                rows.join(",\n    ")
+            );
         };
-        table(&mut c, "size_t", "systest_sizes", self.types.iter().map(|(_, t)| format!("sizeof({t})")).collect());
-        table(&mut c, "size_t", "systest_aligns", self.types.iter().map(|(_, t)| format!("_Alignof({t})")).collect());
-        let offsets = self.fields.iter().map(|(_, _, t, f)| format!("offsetof({t}, {f})")).collect();
+        table(
+            &mut c,
+            "size_t",
+            "systest_sizes",
+            self.types
+                .iter()
+                .map(|(_, t)| format!("sizeof({t})"))
+                .collect(),
+        );
+        table(
+            &mut c,
+            "size_t",
+            "systest_aligns",
+            self.types
+                .iter()
+                .map(|(_, t)| format!("_Alignof({t})"))
+                .collect(),
+        );
+        let offsets = self
+            .fields
+            .iter()
+            .map(|(_, _, t, f)| format!("offsetof({t}, {f})"))
+            .collect();
         table(&mut c, "size_t", "systest_offsets", offsets);
-        table(&mut c, "long long", "systest_ints", self.ints.iter().map(|(_, e)| e.clone()).collect());
-        table(&mut c, "double", "systest_floats", self.floats.iter().map(|(_, e)| e.clone()).collect());
+        table(
+            &mut c,
+            "long long",
+            "systest_ints",
+            self.ints.iter().map(|(_, e)| e.clone()).collect(),
+        );
+        table(
+            &mut c,
+            "double",
+            "systest_floats",
+            self.floats.iter().map(|(_, e)| e.clone()).collect(),
+        );
         for (func, ty, init) in [
-            ("systest_config_bytes", "ncclConfig_t", "NCCL_CONFIG_INITIALIZER"),
-            ("systest_sim_info_bytes", "ncclSimInfo_t", "NCCL_SIM_INFO_INITIALIZER"),
+            (
+                "systest_config_bytes",
+                "ncclConfig_t",
+                "NCCL_CONFIG_INITIALIZER",
+            ),
+            (
+                "systest_sim_info_bytes",
+                "ncclSimInfo_t",
+                "NCCL_SIM_INFO_INITIALIZER",
+            ),
         ] {
             let _ = writeln!(
                 c,
@@ -153,14 +226,54 @@ impl Tables {
             n = self.types.len(),
         );
         let table = |r: &mut String, name: &str, ty: &str, rows: Vec<String>| {
-            let _ = writeln!(r, "const {name}: &[(&str, {ty})] = &[\n    {}\n];", rows.join("\n    "));
+            let _ = writeln!(
+                r,
+                "const {name}: &[(&str, {ty})] = &[\n    {}\n];",
+                rows.join("\n    ")
+            );
         };
-        table(&mut r, "RUST_SIZES", "usize", self.types.iter().map(|(t, _)| format!("(\"{t}\", size_of::<{t}>()),")).collect());
-        table(&mut r, "RUST_ALIGNS", "usize", self.types.iter().map(|(t, _)| format!("(\"{t}\", align_of::<{t}>()),")).collect());
-        let offsets = self.fields.iter().map(|(t, f, _, _)| format!("(\"{t}::{f}\", std::mem::offset_of!({t}, {f})),")).collect();
+        table(
+            &mut r,
+            "RUST_SIZES",
+            "usize",
+            self.types
+                .iter()
+                .map(|(t, _)| format!("(\"{t}\", size_of::<{t}>()),"))
+                .collect(),
+        );
+        table(
+            &mut r,
+            "RUST_ALIGNS",
+            "usize",
+            self.types
+                .iter()
+                .map(|(t, _)| format!("(\"{t}\", align_of::<{t}>()),"))
+                .collect(),
+        );
+        let offsets = self
+            .fields
+            .iter()
+            .map(|(t, f, _, _)| format!("(\"{t}::{f}\", std::mem::offset_of!({t}, {f})),"))
+            .collect();
         table(&mut r, "RUST_OFFSETS", "usize", offsets);
-        table(&mut r, "RUST_INTS", "i64", self.ints.iter().map(|(e, _)| format!("(\"{e}\", {e}),")).collect());
-        table(&mut r, "RUST_FLOATS", "f64", self.floats.iter().map(|(e, _)| format!("(\"{e}\", {e}),")).collect());
+        table(
+            &mut r,
+            "RUST_INTS",
+            "i64",
+            self.ints
+                .iter()
+                .map(|(e, _)| format!("(\"{e}\", {e}),"))
+                .collect(),
+        );
+        table(
+            &mut r,
+            "RUST_FLOATS",
+            "f64",
+            self.floats
+                .iter()
+                .map(|(e, _)| format!("(\"{e}\", {e}),"))
+                .collect(),
+        );
         r
     }
 }

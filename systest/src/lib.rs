@@ -4,13 +4,26 @@
 
 #[cfg(test)]
 mod tests {
+    // The generated tables cast every constant alike, whatever its Rust type already is.
+    #![allow(clippy::unnecessary_cast)]
     use metrale_gpu_sys::bindings::*;
 
     include!(concat!(env!("OUT_DIR"), "/checks.rs"));
 
-    fn mismatches<T: PartialEq + std::fmt::Debug>(what: &str, rust: &[(&str, T)], c: &[T]) -> Vec<String> {
-        assert_eq!(rust.len(), c.len(), "{what}: the generated tables disagree in length");
-        assert!(!rust.is_empty(), "{what}: nothing was checked; the generator found no items");
+    fn mismatches<T: PartialEq + std::fmt::Debug>(
+        what: &str,
+        rust: &[(&str, T)],
+        c: &[T],
+    ) -> Vec<String> {
+        assert_eq!(
+            rust.len(),
+            c.len(),
+            "{what}: the generated tables disagree in length"
+        );
+        assert!(
+            !rust.is_empty(),
+            "{what}: nothing was checked; the generator found no items"
+        );
         rust.iter()
             .zip(c)
             .filter(|((_, r), c)| r != *c)
@@ -46,7 +59,12 @@ mod tests {
     fn config_default_is_the_c_initializer_byte_for_byte() {
         let rust = ncclConfig_t::default();
         // SAFETY: reading the plain-data struct (padding included, zeroed by the shim's static) as bytes.
-        let rust = unsafe { std::slice::from_raw_parts((&rust as *const ncclConfig_t).cast::<u8>(), size_of::<ncclConfig_t>()) };
+        let rust = unsafe {
+            std::slice::from_raw_parts(
+                (&rust as *const ncclConfig_t).cast::<u8>(),
+                size_of::<ncclConfig_t>(),
+            )
+        };
         let mut len = 0;
         // SAFETY: the C side returns a static NCCL_CONFIG_INITIALIZER and its size.
         let c = unsafe { std::slice::from_raw_parts(systest_config_bytes(&mut len), len) };
@@ -57,7 +75,12 @@ mod tests {
     fn sim_info_default_is_the_c_initializer_byte_for_byte() {
         let rust = ncclSimInfo_t::default();
         // SAFETY: as above, for ncclSimInfo_t.
-        let rust = unsafe { std::slice::from_raw_parts((&rust as *const ncclSimInfo_t).cast::<u8>(), size_of::<ncclSimInfo_t>()) };
+        let rust = unsafe {
+            std::slice::from_raw_parts(
+                (&rust as *const ncclSimInfo_t).cast::<u8>(),
+                size_of::<ncclSimInfo_t>(),
+            )
+        };
         let mut len = 0;
         // SAFETY: the C side returns a static NCCL_SIM_INFO_INITIALIZER and its size.
         let c = unsafe { std::slice::from_raw_parts(systest_sim_info_bytes(&mut len), len) };

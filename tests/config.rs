@@ -1,0 +1,62 @@
+//! `NcclConfig::default()` against what nccl.h says NCCL_CONFIG_INITIALIZER holds. (Its bytes against the
+//! C compiler's own initializer, and every offset, are checked in systest/.)
+
+use metrale_gpu_sys::nccl::*;
+
+#[test]
+fn default_config_is_the_headers_initializer() {
+    let c = NcclConfig::default();
+    assert_eq!(c.size, std::mem::size_of::<NcclConfig>());
+    assert_eq!(c.magic, 0xcafe_beef);
+    assert_eq!(c.version, NCCL_VERSION_CODE);
+    if (NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH) == (2, 29, 7) {
+        assert_eq!(c.version, 22907);
+        assert_eq!(c.size, 88);
+    }
+    assert!(c.netName.is_null() && c.commName.is_null());
+    let ints = [
+        c.blocking,
+        c.cgaClusterSize,
+        c.minCTAs,
+        c.maxCTAs,
+        c.splitShare,
+        c.trafficClass,
+        c.collnetEnable,
+        c.CTAPolicy,
+        c.shrinkShare,
+        c.nvlsCTAs,
+        c.nChannelsPerNetPeer,
+        c.nvlinkCentricSched,
+    ];
+    assert!(ints.iter().all(|&v| v == i32::MIN), "{ints:?}");
+    assert_eq!(NCCL_CONFIG_UNDEF_INT, i32::MIN);
+}
+
+#[test]
+fn sim_info_default_is_the_headers_initializer() {
+    let s = ncclSimInfo_t::default();
+    assert_eq!(s.size, std::mem::size_of::<ncclSimInfo_t>());
+    assert_eq!(s.magic, 0x7468_5283);
+    assert_eq!(s.version, NCCL_VERSION_CODE);
+    assert_eq!(s.estimatedTime, -1.0);
+}
+
+#[test]
+fn a_helper_stream_is_the_stream_nccl_takes() {
+    // CUstream and cudaStream_t are one type: this assignment compiles only if they are.
+    let stream: CUstream = std::ptr::null_mut();
+    let _: cudaStream_t = stream;
+}
+
+#[test]
+fn selectors_accept_values_the_header_does_not_list() {
+    // ncclRedOpCreatePreMulSum writes op values past ncclNumOps; a newer library returns new codes.
+    let custom = NcclRedOp(NcclRedOp::ncclNumOps.0 + 3);
+    assert_ne!(custom, NcclRedOp::ncclSum);
+    let future = NcclResult(8);
+    assert_ne!(future, NcclResult::ncclSuccess);
+    assert_eq!(
+        std::mem::size_of::<NcclResult>(),
+        std::mem::size_of::<std::os::raw::c_uint>()
+    );
+}

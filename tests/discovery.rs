@@ -1,0 +1,270 @@
+//! The discovery steps of build/find.rs, driven with a fake environment over directories made here: each
+//! way of finding NCCL and the CUDA headers, their order, and the message when nothing is found.
+
+#[allow(dead_code)]
+#[path = "../build/find.rs"]
+mod find;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use find::{find, Host, PkgConfig, Places};
+
+#[derive(Default)]
+struct Fake {
+    vars: HashMap<&'static str, PathBuf>,
+    pkgs: HashMap<&'static str, PkgConfig>,
+}
+
+impl Host for Fake {
+    fn var(&self, name: &str) -> Option<PathBuf> {
+        self.vars.get(name).cloned()
+    }
+    fn pkg_config(&self, name: &str) -> Result<PkgConfig, String> {
+        self.pkgs
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("package '{name}' was not found"))
+    }
+    fn pkg_config_cuda_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .pkgs
+            .keys()
+            .filter(|n| n.starts_with("cuda-"))
+            .map(|n| n.to_string())
+            .collect();
+        names.sort();
+        names.reverse();
+        names
+    }
+}
+
+/// A fresh, empty directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "discovery-{name}-{}",
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+fn touch(path: PathBuf) -> PathBuf {
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&path, "").expect("touch");
+    path
+}
+
+/// An NCCL installation root: include/nccl.h and <lib>/<file>.
+fn nccl_root(dir: &Path, lib: &str, file: &str) -> PathBuf {
+    touch(dir.join("include/nccl.h"));
+    touch(dir.join(lib).join(file));
+    dir.to_path_buf()
+}
+
+/// A CUDA headers root as the pip wheels lay it out: include/cuda.h and include/cccl/.
+fn cuda_root(dir: &Path) -> PathBuf {
+    touch(dir.join("include/cuda.h"));
+    std::fs::create_dir_all(dir.join("include/cccl/nv")).expect("cccl");
+    dir.to_path_buf()
+}
+
+/// Places whose fixed directories are all empty, under `dir`.
+fn empty_places(dir: &Path) -> Places {
+    Places {
+        setup_nccl: dir.join("deps/nccl"),
+        setup_cuda: dir.join("deps/cuda"),
+        usr_local_cuda: dir.join("usr-local-cuda"),
+        system_include: dir.join("usr-include"),
+        system_lib: dir.join("usr-lib"),
+    }
+}
+
+#[test]
+fn nothing_anywhere_gives_one_message_naming_every_place_and_the_fix() {
+    let dir = scratch("none");
+    let msg = find(&Fake::default(), &empty_places(&dir)).expect_err("nothing to find");
+    assert!(msg.starts_with("metrale-gpu-sys could not find NCCL (nccl.h and libnccl.so*) nor the CUDA headers (cuda.h)."), "{msg}");
+    for step in [
+        "NCCL_INCLUDE_DIR, NCCL_LIB_DIR: not set",
+        "NCCL_HOME: not set",
+        "NCCL_ROOT: not set",
+        "pkg-config nccl: package 'nccl' was not found",
+        "CUDA_HOME: not set",
+        "CUDA_PATH: not set",
+        "CUDA_INCLUDE_DIR: not set",
+        "pkg-config cuda-*: no such package",
+        "the system directories: no nccl.h in",
+        "the system directories: no cuda.h in",
+    ] {
+        assert!(msg.contains(step), "missing {step:?} in:\n{msg}");
+    }
+    assert!(
+        msg.contains(&format!(
+            "ci/setup's folder: no nccl.h in {}",
+            dir.join("deps/nccl/include").display()
+        )),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&dir.join("usr-local-cuda/include").display().to_string()),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("\n        ci/setup\n"),
+        "the fix is one command: {msg}"
+    );
+    for var in [
+        "NCCL_HOME=",
+        "CUDA_HOME=",
+        "NCCL_INCLUDE_DIR + NCCL_LIB_DIR",
+        "nccl.pc",
+    ] {
+        assert!(msg.contains(var), "{var}: {msg}");
+    }
+}
+
+#[test]
+fn include_and_lib_dirs_named_outright() {
+    let dir = scratch("dirs");
+    let nccl = nccl_root(&dir.join("nccl"), "libs", "libnccl.so");
+    let cuda = cuda_root(&dir.join("cuda"));
+    let mut host = Fake::default();
+    host.vars.insert("NCCL_INCLUDE_DIR", nccl.join("include"));
+    host.vars.insert("NCCL_LIB_DIR", nccl.join("libs"));
+    host.vars.insert("CUDA_INCLUDE_DIR", cuda.join("include"));
+    let found = find(&host, &empty_places(&dir)).expect("found");
+    assert_eq!(found.nccl_include, nccl.join("include"));
+    assert_eq!(found.nccl_lib_dir, nccl.join("libs"));
+    assert_eq!(found.nccl_lib_file, "libnccl.so");
+    assert_eq!(found.nccl_step, "NCCL_INCLUDE_DIR/NCCL_LIB_DIR");
+    assert_eq!(found.cuda_step, "CUDA_INCLUDE_DIR");
+}
+
+#[test]
+fn a_pip_layout_through_nccl_home_and_cuda_home() {
+    let dir = scratch("pip");
+    let site = dir.join("site-packages/nvidia");
+    let nccl = nccl_root(&site.join("nccl"), "lib", "libnccl.so.2");
+    let cuda = cuda_root(&site.join("cu13"));
+    let mut host = Fake::default();
+    host.vars.insert("NCCL_HOME", nccl.clone());
+    host.vars.insert("CUDA_HOME", cuda.clone());
+    let found = find(&host, &empty_places(&dir)).expect("found");
+    assert_eq!(found.nccl_lib_dir, nccl.join("lib"));
+    assert_eq!(
+        found.nccl_lib_file, "libnccl.so.2",
+        "only the SONAME exists in a wheel"
+    );
+    assert_eq!(
+        found.cuda_include,
+        vec![cuda.join("include"), cuda.join("include/cccl")]
+    );
+    assert_eq!(found.nccl_step, format!("NCCL_HOME={}", nccl.display()));
+}
+
+#[test]
+fn nccl_root_with_a_toolkit_layout() {
+    let dir = scratch("root");
+    let nccl = nccl_root(&dir.join("nccl"), "lib64", "libnccl.so");
+    let mut host = Fake::default();
+    host.vars.insert("NCCL_ROOT", nccl.clone());
+    host.vars.insert("CUDA_PATH", cuda_root(&dir.join("cuda")));
+    let found = find(&host, &empty_places(&dir)).expect("found");
+    assert_eq!(found.nccl_lib_dir, nccl.join("lib64"));
+    assert!(
+        found.cuda_step.starts_with("CUDA_PATH="),
+        "{}",
+        found.cuda_step
+    );
+}
+
+#[test]
+fn an_explicit_root_beats_ci_setup_which_beats_pkg_config() {
+    let dir = scratch("order");
+    let places = empty_places(&dir);
+    nccl_root(&places.setup_nccl, "lib", "libnccl.so.2");
+    cuda_root(&places.setup_cuda);
+    let pc = nccl_root(&dir.join("pc"), "lib", "libnccl.so");
+    let mut host = Fake::default();
+    host.pkgs.insert(
+        "nccl",
+        PkgConfig {
+            include_paths: vec![pc.join("include")],
+            link_paths: vec![pc.join("lib")],
+        },
+    );
+    let found = find(&host, &places).expect("found");
+    assert_eq!(found.nccl_step, "ci/setup's folder");
+    assert_eq!(found.cuda_step, "ci/setup's folder");
+
+    let home = nccl_root(&dir.join("home"), "lib", "libnccl.so.2");
+    host.vars.insert("NCCL_HOME", home.clone());
+    assert_eq!(
+        find(&host, &places).expect("found").nccl_include,
+        home.join("include")
+    );
+}
+
+#[test]
+fn pkg_config_for_nccl_and_cuda() {
+    let dir = scratch("pc");
+    let nccl = nccl_root(&dir.join("nccl"), "lib", "libnccl.so");
+    let cuda = cuda_root(&dir.join("cuda"));
+    let mut host = Fake::default();
+    host.pkgs.insert(
+        "nccl",
+        PkgConfig {
+            include_paths: vec![nccl.join("include")],
+            link_paths: vec![nccl.join("lib")],
+        },
+    );
+    host.pkgs.insert(
+        "cuda-13.0",
+        PkgConfig {
+            include_paths: vec![cuda.join("include")],
+            link_paths: vec![],
+        },
+    );
+    let found = find(&host, &empty_places(&dir)).expect("found");
+    assert_eq!(
+        (found.nccl_step.as_str(), found.cuda_step.as_str()),
+        ("pkg-config nccl", "pkg-config cuda-13.0")
+    );
+    assert_eq!(found.nccl_lib_dir, nccl.join("lib"));
+}
+
+#[test]
+fn a_header_without_its_library_is_not_taken() {
+    let dir = scratch("nolib");
+    let places = empty_places(&dir);
+    touch(dir.join("half/include/nccl.h"));
+    let system = nccl_root(&dir.join("sys"), "lib", "libnccl.so.2");
+    let places = Places {
+        system_include: system.join("include"),
+        system_lib: system.join("lib"),
+        ..places
+    };
+    let mut host = Fake::default();
+    host.vars.insert("NCCL_HOME", dir.join("half"));
+    host.vars.insert("CUDA_HOME", cuda_root(&dir.join("cuda")));
+    let found = find(&host, &places).expect("the system's complete install");
+    assert_eq!(found.nccl_step, "the system directories");
+
+    let places = Places {
+        system_include: dir.join("none"),
+        ..places
+    };
+    let msg = find(&host, &places).expect_err("only half an install");
+    assert!(
+        msg.contains("but no libnccl.so or libnccl.so.2 in"),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains("nor the CUDA headers"),
+        "CUDA was found: {msg}"
+    );
+}

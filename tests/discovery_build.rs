@@ -1,0 +1,199 @@
+//! Real builds of the crate, copied outside this checkout (so ci/setup's .deps/ is not beside it, as for a
+//! user of the published crate), finding the headers each way a user would point at them; then the
+//! example runs and says which way it was. Also: nothing to find fails with the one message, and a second
+//! identical build does not run the build script (bindgen) again.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+fn deps() -> PathBuf {
+    Path::new(REPO).join(".deps")
+}
+
+/// The package's build inputs, copied to a directory of their own, as a workspace of its own.
+fn copy_crate(to: &Path) {
+    let _ = std::fs::remove_dir_all(to);
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in [
+        "build.rs",
+        "wrapper.h",
+        "Cargo.lock",
+        "build",
+        "src",
+        "shim",
+        "examples",
+    ] {
+        copy(&Path::new(REPO).join(entry), &to.join(entry));
+    }
+    let manifest = std::fs::read_to_string(Path::new(REPO).join("Cargo.toml")).expect("Cargo.toml");
+    let mut kept = Vec::new();
+    let mut in_workspace = false;
+    for line in manifest.lines() {
+        if line.starts_with('[') {
+            in_workspace = line.trim() == "[workspace]";
+            if in_workspace {
+                kept.push(line); // empty: this copy is its own workspace, without systest
+            }
+        }
+        if !in_workspace {
+            kept.push(line);
+        }
+    }
+    std::fs::write(to.join("Cargo.toml"), kept.join("\n")).expect("write Cargo.toml");
+}
+
+fn copy(from: &Path, to: &Path) {
+    if from.is_dir() {
+        std::fs::create_dir_all(to).expect("mkdir");
+        for entry in std::fs::read_dir(from).expect("read_dir").flatten() {
+            copy(&entry.path(), &to.join(entry.file_name()));
+        }
+    } else {
+        std::fs::copy(from, to).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+    }
+}
+
+/// `cargo build --example nccl_info` of the copy with exactly `vars` set among the discovery variables.
+fn build(krate: &Path, vars: &[(&str, PathBuf)], verbose: bool) -> Output {
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args([
+        "build",
+        "--offline",
+        "--locked",
+        "--example",
+        "nccl_info",
+        "--manifest-path",
+    ])
+    .arg(krate.join("Cargo.toml"))
+    .env(
+        "CARGO_TARGET_DIR",
+        Path::new(REPO).join("target/discovery-build"),
+    );
+    if verbose {
+        cmd.arg("-v");
+    }
+    for var in [
+        "NCCL_INCLUDE_DIR",
+        "NCCL_LIB_DIR",
+        "NCCL_HOME",
+        "NCCL_ROOT",
+        "CUDA_HOME",
+        "CUDA_PATH",
+        "CUDA_INCLUDE_DIR",
+        "PKG_CONFIG_PATH",
+    ] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run cargo")
+}
+
+fn run_example(expect_found_by: &[&str]) {
+    let exe = Path::new(REPO).join("target/discovery-build/debug/examples/nccl_info");
+    let out = Command::new(&exe)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .expect("run nccl_info");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "nccl_info failed:\n{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for found in expect_found_by {
+        assert!(
+            stdout.contains(&format!("found by {found}")),
+            "expected 'found by {found}' in:\n{stdout}"
+        );
+    }
+    assert!(stdout.contains("same as the headers"), "{stdout}");
+}
+
+fn ok(out: &Output, what: &str) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{what}: the build failed:\n{stderr}");
+    stderr
+}
+
+#[test]
+fn each_way_of_finding_the_headers_builds_and_runs() {
+    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join("discovery-build");
+    let krate = scratch.join("crate");
+    copy_crate(&krate);
+    let nccl = deps().join("nccl-2.29.7/nvidia/nccl");
+    let cuda = deps().join("cuda-13.0/nvidia/cu13");
+    assert!(
+        nccl.join("include/nccl.h").exists(),
+        "run ci/setup first: {} is missing",
+        nccl.display()
+    );
+
+    // Nothing to find: one message, no panic, no clang errors.
+    let out = build(&krate, &[], false);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "built without headers?");
+    assert!(
+        stderr.contains("metrale-gpu-sys could not find NCCL"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("ci/setup") && stderr.contains("NCCL_HOME="),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("fatal error"),
+        "{stderr}"
+    );
+
+    // A pip layout, through NCCL_HOME and CUDA_HOME.
+    let pip = [("NCCL_HOME", nccl.clone()), ("CUDA_HOME", cuda.clone())];
+    ok(&build(&krate, &pip, false), "NCCL_HOME + CUDA_HOME");
+    run_example(&[
+        &format!("NCCL_HOME={}", nccl.display()),
+        &format!("CUDA_HOME={}", cuda.display()),
+    ]);
+
+    // The same again: nothing changed, so the build script (and bindgen) must not run.
+    let stderr = ok(&build(&krate, &pip, true), "no-op rebuild");
+    assert!(stderr.contains("Fresh metrale-gpu-sys"), "{stderr}");
+    assert!(
+        !stderr.contains("build-script-build`"),
+        "the build script ran again:\n{stderr}"
+    );
+
+    // The directories named outright.
+    let dirs = [
+        ("NCCL_INCLUDE_DIR", nccl.join("include")),
+        ("NCCL_LIB_DIR", nccl.join("lib")),
+        ("CUDA_INCLUDE_DIR", cuda.join("include")),
+    ];
+    ok(
+        &build(&krate, &dirs, false),
+        "NCCL_INCLUDE_DIR + NCCL_LIB_DIR",
+    );
+    run_example(&["NCCL_INCLUDE_DIR/NCCL_LIB_DIR", "CUDA_INCLUDE_DIR"]);
+
+    // pkg-config files such as a distribution would ship.
+    let pc = scratch.join("pkgconfig");
+    std::fs::create_dir_all(&pc).expect("mkdir");
+    let nccl_pc = format!(
+        "includedir={}\nlibdir={}\n\nName: nccl\nDescription: NVIDIA NCCL\nVersion: 2.29.7\nCflags: -I${{includedir}}\nLibs: -L${{libdir}} -lnccl\n",
+        nccl.join("include").display(),
+        nccl.join("lib").display()
+    );
+    std::fs::write(pc.join("nccl.pc"), nccl_pc).expect("nccl.pc");
+    let cuda_pc = format!(
+        "cudaroot={}\n\nName: cuda\nDescription: CUDA headers\nVersion: 13.0\nCflags: -I${{cudaroot}}/include\nLibs:\n",
+        cuda.display()
+    );
+    std::fs::write(pc.join("cuda-13.0.pc"), cuda_pc).expect("cuda-13.0.pc");
+    ok(
+        &build(&krate, &[("PKG_CONFIG_PATH", pc)], false),
+        "pkg-config",
+    );
+    run_example(&["pkg-config nccl", "pkg-config cuda-13.0"]);
+}

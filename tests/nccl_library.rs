@@ -1,0 +1,131 @@
+//! The linked libnccl, called on a machine without a GPU: what works on the CPU works, and what needs a GPU
+//! fails with an error that says why.
+
+use metrale_gpu_sys::nccl::*;
+use metrale_gpu_sys::version::{self, NcclVersion};
+
+#[test]
+fn library_version_is_the_headers_version() {
+    // The build links the library found beside the headers; ci/setup installs the same version of both.
+    let library = version::library_version().expect("ncclGetVersion");
+    assert_eq!(library, NcclVersion::HEADERS);
+    assert_eq!(version::check_library_version(), Ok(library));
+    let path = version::library_path().expect("dladdr finds libnccl");
+    assert!(path.contains("libnccl.so"), "{path}");
+}
+
+#[test]
+fn every_result_code_has_nccl_text_and_failures_are_errors() {
+    assert_eq!(check_nccl(NcclResult::ncclSuccess, "noop"), Ok(()));
+    for code in 1..NcclResult::ncclNumResults.0 {
+        let err =
+            check_nccl(NcclResult(code), "ncclSomething(rank 3)").expect_err("a failure code");
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("ncclSomething(rank 3) failed: NCCL error "),
+            "{msg}"
+        );
+        assert!(msg.contains(&format!("error {code} (")), "{msg}");
+        let GpuError::Nccl {
+            text, code: got, ..
+        } = err
+        else {
+            panic!("not an NCCL error: {msg}")
+        };
+        assert_eq!(got, NcclResult(code));
+        assert!(
+            !text.is_empty() && !text.contains("unknown"),
+            "code {code}: {text}"
+        );
+    }
+    // Specific texts from NCCL itself.
+    let invalid = check_nccl(NcclResult::ncclInvalidArgument, "x")
+        .expect_err("failure")
+        .to_string();
+    assert!(invalid.contains("invalid argument"), "{invalid}");
+    let in_progress = check_nccl(NcclResult::ncclInProgress, "x")
+        .expect_err("not success")
+        .to_string();
+    assert!(in_progress.contains("in progress"), "{in_progress}");
+}
+
+#[test]
+fn unknown_result_codes_are_errors_with_their_code() {
+    // 2.30 added ncclTimeout = 8; a newer library can return codes these headers do not list.
+    for code in [8u32, 9, 1000] {
+        let err = check_nccl(NcclResult(code), "ncclCommInitRank").expect_err("never success");
+        let msg = err.to_string();
+        assert!(msg.contains(&format!("NCCL error {code} ")), "{msg}");
+        assert!(
+            msg.contains("unknown to the NCCL") && msg.contains("the library is newer"),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn unique_ids_differ_and_round_trip_through_bytes() {
+    let a = NcclUniqueId::new().expect("ncclGetUniqueId works without a GPU");
+    let b = NcclUniqueId::new().expect("ncclGetUniqueId");
+    assert_ne!(a.to_bytes(), b.to_bytes());
+    assert_ne!(a.to_bytes(), [0u8; NcclUniqueId::BYTES]);
+    let bytes: [u8; 128] = a.into();
+    assert_eq!(NcclUniqueId::from(bytes), a);
+    assert_eq!(NcclUniqueId::from_bytes(b.to_bytes()), b);
+}
+
+#[test]
+fn init_without_a_gpu_is_an_error_carrying_ncclgetlasterror() {
+    let id = NcclUniqueId::new().expect("ncclGetUniqueId");
+    let mut comm: NcclComm = std::ptr::null_mut();
+    // SAFETY: comm is valid for writes; NCCL reports the missing GPU as an error code.
+    let result = unsafe { ncclCommInitRank(&mut comm, 1, id, 0) };
+    let err = check_nccl(result, "ncclCommInitRank(rank 0 of 1)").expect_err("no GPU here");
+    let GpuError::Nccl { last_error, .. } = &err else {
+        panic!("not an NCCL error: {err}")
+    };
+    let last = last_error
+        .as_deref()
+        .expect("NCCL says why in ncclGetLastError");
+    assert!(
+        err.to_string()
+            .contains(&format!("NCCL's last error: {last}")),
+        "{err}"
+    );
+    assert!(comm.is_null());
+}
+
+#[test]
+fn version_verdict_names_both_versions() {
+    let headers = NcclVersion {
+        major: 2,
+        minor: 29,
+        patch: 7,
+    };
+    let older = NcclVersion::from_code(22809);
+    assert_eq!(
+        older,
+        NcclVersion {
+            major: 2,
+            minor: 28,
+            patch: 9
+        }
+    );
+    let msg = version::compare(headers, older)
+        .expect_err("older library")
+        .to_string();
+    assert!(msg.contains("2.28.9") && msg.contains("2.29.7"), "{msg}");
+    assert_eq!(version::compare(headers, headers), Ok(()));
+    assert_eq!(
+        version::compare(headers, NcclVersion::from_code(23203)),
+        Ok(())
+    );
+    assert_eq!(
+        NcclVersion::from_code(2804),
+        NcclVersion {
+            major: 2,
+            minor: 8,
+            patch: 4
+        }
+    );
+}

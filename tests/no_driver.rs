@@ -1,0 +1,77 @@
+//! On a machine without the CUDA driver (every build and CI machine), every helper that needs it returns
+//! the one clear error, naming itself, the library and what to do; nothing panics.
+
+use metrale_gpu_sys::cuda;
+use metrale_gpu_sys::nccl::*;
+
+fn driver_absent() -> bool {
+    match cuda::driver("probe") {
+        Err(GpuError::DriverUnavailable { .. }) => true,
+        Err(other) => panic!("the driver loaded but failed: {other}"),
+        Ok(_) => false,
+    }
+}
+
+#[test]
+fn every_helper_reports_the_missing_driver() {
+    if !driver_absent() {
+        eprintln!("libcuda.so.1 is present: this test is for machines without a driver (CI); tests/gpu.rs covers GPUs");
+        return;
+    }
+    let null_stream: CUstream = std::ptr::null_mut();
+    let null_event: CUevent = std::ptr::null_mut();
+    // SAFETY: the driver is absent, so no handle is ever dereferenced (null handles besides).
+    let results: Vec<(&str, Result<(), GpuError>)> = unsafe {
+        vec![
+            ("create_stream", create_stream(0).map(drop)),
+            ("destroy_stream", destroy_stream(null_stream)),
+            ("create_event", create_event(0).map(drop)),
+            ("destroy_event", destroy_event(null_event)),
+            ("record_event", record_event(null_event, null_stream)),
+            (
+                "stream_wait_event",
+                stream_wait_event(null_stream, null_event),
+            ),
+            ("sync_stream", sync_stream(null_stream)),
+            ("stream_ready", stream_ready(null_stream).map(drop)),
+            ("nccl_mem_alloc", nccl_mem_alloc(0, 1024).map(drop)),
+            (
+                "check_cuda",
+                check_cuda(CUresult::CUDA_ERROR_INVALID_VALUE, "check_cuda"),
+            ),
+        ]
+    };
+    for (helper, result) in results {
+        let err = result.expect_err(helper);
+        let GpuError::DriverUnavailable { context, reason } = &err else {
+            panic!("{helper}: {err}")
+        };
+        assert_eq!(context, helper);
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with(&format!("{helper} needs the CUDA driver")),
+            "{msg}"
+        );
+        assert!(
+            reason.contains("libcuda.so.1") && reason.contains("install the driver"),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn the_driver_is_loaded_once_from_many_threads() {
+    let errors: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..32)
+            .map(|_| s.spawn(|| cuda::driver("thread").err().map(|e| e.to_string())))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("no panic").unwrap_or_default())
+            .collect()
+    });
+    assert!(
+        errors.windows(2).all(|w| w[0] == w[1]),
+        "threads saw different outcomes: {errors:?}"
+    );
+}

@@ -1,0 +1,120 @@
+//! The run-time version check against libraries other than the linked one: this test binary re-runs itself
+//! with LD_LIBRARY_PATH (which overrides the RUNPATH) pointing at another libnccl that `ci/setup <version>`
+//! installed under .deps/, and reads the verdict the child prints.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use metrale_gpu_sys::version::{self, NcclVersion};
+
+const CHILD: &str = "METRALE_VERSION_SKEW_CHILD";
+
+/// Not a test on its own: the child side, run by the tests below.
+#[test]
+#[ignore = "run in a child process by the version-skew tests"]
+fn child_prints_the_verdict() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    let loaded = version::library_version()
+        .map(|v| v.to_string())
+        .unwrap_or_else(|e| e.to_string());
+    match version::check_library_version() {
+        Ok(v) => println!("VERDICT ok {v}"),
+        Err(e) => println!("VERDICT err {loaded}: {e}"),
+    }
+}
+
+/// Library directories that ci/setup installed, with the version their folder names.
+fn installed() -> Vec<(NcclVersion, PathBuf)> {
+    let deps = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".deps");
+    let mut found: Vec<(NcclVersion, PathBuf)> = std::fs::read_dir(&deps)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let mut parts = name
+                .strip_prefix("nccl-")?
+                .split('.')
+                .map(|p| p.parse::<u32>());
+            let v = NcclVersion {
+                major: parts.next()?.ok()?,
+                minor: parts.next()?.ok()?,
+                patch: parts.next()?.ok()?,
+            };
+            let lib = entry.path().join("nvidia/nccl/lib");
+            lib.join("libnccl.so.2").exists().then_some((v, lib))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+fn verdict_with(lib: &PathBuf) -> String {
+    let out = Command::new(std::env::current_exe().expect("own path"))
+        .args([
+            "--ignored",
+            "--exact",
+            "child_prints_the_verdict",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .env("LD_LIBRARY_PATH", lib)
+        .output()
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The harness prints its own "test … " prefix on the same line.
+    let line = stdout
+        .lines()
+        .find_map(|l| l.find("VERDICT ").map(|i| &l[i..]))
+        .unwrap_or_else(|| {
+            panic!(
+                "the child printed no verdict:\n{stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    line.to_string()
+}
+
+#[test]
+fn an_older_library_is_refused_naming_both_versions() {
+    let headers = NcclVersion::HEADERS;
+    let Some((older, lib)) = installed().into_iter().rev().find(|(v, _)| *v < headers) else {
+        panic!("no libnccl older than the {headers} headers under .deps/: install one with `ci/setup 2.28.9` (or 2.27.7)")
+    };
+    let verdict = verdict_with(&lib);
+    assert!(
+        verdict.starts_with(&format!("VERDICT err {older}: NCCL version skew")),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains(&format!("the loaded libnccl is {older}")),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains(&format!("older than the nccl.h {headers}")),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains(&lib.display().to_string()),
+        "the message names the loaded file: {verdict}"
+    );
+}
+
+#[test]
+fn the_same_or_a_newer_library_is_accepted() {
+    let headers = NcclVersion::HEADERS;
+    let candidates: Vec<_> = installed()
+        .into_iter()
+        .filter(|(v, _)| *v >= headers)
+        .collect();
+    assert!(
+        !candidates.is_empty(),
+        "ci/setup's libnccl {headers} is missing under .deps/: run ci/setup"
+    );
+    for (v, lib) in candidates {
+        assert_eq!(verdict_with(&lib), format!("VERDICT ok {v}"));
+    }
+}
