@@ -14,7 +14,8 @@ fn default_config_is_the_headers_initializer() {
         assert_eq!(c.size, 88);
     }
     assert!(c.netName.is_null() && c.commName.is_null());
-    let ints = [
+    #[allow(unused_mut)]
+    let mut ints = vec![
         c.blocking,
         c.cgaClusterSize,
         c.minCTAs,
@@ -25,9 +26,12 @@ fn default_config_is_the_headers_initializer() {
         c.CTAPolicy,
         c.shrinkShare,
         c.nvlsCTAs,
-        c.nChannelsPerNetPeer,
-        c.nvlinkCentricSched,
     ];
+    // Fields that newer headers added (the build sets nccl_2_<minor> for every minor up to the headers').
+    #[cfg(nccl_2_28)]
+    ints.extend([c.nChannelsPerNetPeer, c.nvlinkCentricSched]);
+    #[cfg(nccl_2_29)]
+    ints.extend([c.graphUsageMode, c.numRmaCtx]);
     assert!(ints.iter().all(|&v| v == i32::MIN), "{ints:?}");
     assert_eq!(NCCL_CONFIG_UNDEF_INT, i32::MIN);
 }
