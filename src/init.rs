@@ -1,39 +1,49 @@
 //! Values nccl.h gives as initializer macros, taken from the C shim so they are exactly the installed
 //! header's, and the unique id's conversion to bytes for sending between processes.
 
-use crate::bindings::{
-    metrale_nccl_config_initializer, metrale_nccl_sim_info_initializer, ncclConfig_t,
-    ncclGetUniqueId, ncclSimInfo_t, ncclUniqueId, METRALE_NCCL_CONFIG_UNDEF_INT,
-};
+use crate::bindings::{ncclGetUniqueId, ncclUniqueId, METRALE_NCCL_CONFIG_UNDEF_INT};
 use crate::error::{check_nccl, GpuError};
 
 /// `NCCL_CONFIG_UNDEF_INT`: the value of a config field left to NCCL's default (`INT_MIN`).
 pub const NCCL_CONFIG_UNDEF_INT: i32 = METRALE_NCCL_CONFIG_UNDEF_INT;
 
-impl Default for ncclConfig_t {
-    /// `NCCL_CONFIG_INITIALIZER`, byte for byte: `size`, `magic` and `version` set, every other field
-    /// undefined (`NCCL_CONFIG_UNDEF_INT`, NULL), so NCCL applies its defaults.
-    fn default() -> Self {
-        let mut config = std::mem::MaybeUninit::<ncclConfig_t>::uninit();
-        // SAFETY: the shim copies sizeof(ncclConfig_t) bytes, which initialises the whole value.
-        unsafe {
-            metrale_nccl_config_initializer(config.as_mut_ptr());
-            config.assume_init()
+/// `impl Default for $ty` returning the installed header's `$macro`, byte for byte, through the shim.
+macro_rules! initializer {
+    ($(#[$cfg:meta])* $ty:ident = $shim:ident, $macro:literal, $doc:literal) => {
+        $(#[$cfg])*
+        impl Default for crate::bindings::$ty {
+            #[doc = concat!("`", $macro, "`, byte for byte: ", $doc)]
+            fn default() -> Self {
+                let mut value = std::mem::MaybeUninit::<crate::bindings::$ty>::uninit();
+                // SAFETY: the shim copies sizeof(type) bytes of the macro's value, initialising all of it.
+                unsafe {
+                    crate::bindings::$shim(value.as_mut_ptr());
+                    value.assume_init()
+                }
+            }
         }
-    }
+    };
 }
 
-impl Default for ncclSimInfo_t {
-    /// `NCCL_SIM_INFO_INITIALIZER`, byte for byte, for `ncclGroupSimulateEnd`.
-    fn default() -> Self {
-        let mut info = std::mem::MaybeUninit::<ncclSimInfo_t>::uninit();
-        // SAFETY: the shim copies sizeof(ncclSimInfo_t) bytes, which initialises the whole value.
-        unsafe {
-            metrale_nccl_sim_info_initializer(info.as_mut_ptr());
-            info.assume_init()
-        }
-    }
-}
+initializer!(ncclConfig_t = metrale_nccl_config_initializer, "NCCL_CONFIG_INITIALIZER",
+    "`size`, `magic` and `version` set, every other field left to NCCL (`NCCL_CONFIG_UNDEF_INT`, NULL).");
+initializer!(
+    ncclSimInfo_t = metrale_nccl_sim_info_initializer,
+    "NCCL_SIM_INFO_INITIALIZER",
+    "for `ncclGroupSimulateEnd`."
+);
+initializer!(
+    #[cfg(nccl_2_32)]
+    ncclCollConfig_t = metrale_nccl_coll_config_initializer,
+    "NCCL_COLLCONFIG_INITIALIZER",
+    "for the `nccl*Config` collectives (NCCL 2.32+)."
+);
+initializer!(
+    #[cfg(nccl_2_32)]
+    ncclEncryptionConfig_t = metrale_nccl_encryption_config_initializer,
+    "NCCL_ENCRYPTION_CONFIG_INITIALIZER",
+    "(NCCL 2.32+)."
+);
 
 impl ncclUniqueId {
     /// Its size, `NCCL_UNIQUE_ID_BYTES`.

@@ -40,6 +40,26 @@ fn main() {
         .compile("systest");
 }
 
+/// The initializer macros the shim turns into `Default`: (shim name, C type, macro).
+const INITIALIZERS: &[(&str, &str, &str)] = &[
+    ("nccl_config", "ncclConfig_t", "NCCL_CONFIG_INITIALIZER"),
+    (
+        "nccl_sim_info",
+        "ncclSimInfo_t",
+        "NCCL_SIM_INFO_INITIALIZER",
+    ),
+    (
+        "nccl_coll_config",
+        "ncclCollConfig_t",
+        "NCCL_COLLCONFIG_INITIALIZER",
+    ),
+    (
+        "nccl_encryption_config",
+        "ncclEncryptionConfig_t",
+        "NCCL_ENCRYPTION_CONFIG_INITIALIZER",
+    ),
+];
+
 #[derive(Default)]
 struct Tables {
     /// (Rust path, C type) for sizeof/_Alignof.
@@ -50,6 +70,8 @@ struct Tables {
     ints: Vec<(String, String)>,
     /// The same for floating-point constants.
     floats: Vec<(String, String)>,
+    /// The entries of INITIALIZERS whose shim function the bindings declare.
+    initializers: Vec<(&'static str, &'static str, &'static str)>,
 }
 
 impl Tables {
@@ -90,6 +112,9 @@ impl Tables {
         let mut t = Tables::default();
         for item in items {
             match item {
+                // bindgen's names for anonymous nested types have no C spelling; their parent's
+                // size and the offsets of the fields holding them cover them.
+                Item::Struct(s) if s.ident.to_string().contains("__bindgen_ty_") => {}
                 Item::Struct(s) => {
                     let name = s.ident.to_string();
                     let Fields::Named(fields) = &s.fields else {
@@ -103,12 +128,13 @@ impl Tables {
                         .filter_map(|f| f.ident.as_ref())
                         .map(|i| i.to_string())
                         .collect();
-                    if names.iter().any(|f| f.starts_with('_')) {
-                        continue; // opaque (`_unused`) or with bindgen's synthetic fields
+                    if names == ["_unused"] {
+                        continue; // an opaque struct: C has no definition to measure
                     }
                     let c = c_of(&name);
                     t.types.push((name.clone(), c.clone()));
-                    for f in names {
+                    // Bindgen's synthetic fields (`_bitfield_1`, `__bindgen_anon_1`) have no C name.
+                    for f in names.into_iter().filter(|f| !f.starts_with('_')) {
                         t.fields.push((name.clone(), f.clone(), c.clone(), f));
                     }
                 }
@@ -126,6 +152,19 @@ impl Tables {
                                 format!("(long long)({})", k.ident),
                             ));
                         }
+                    }
+                }
+                Item::ForeignMod(block) => {
+                    for item in &block.items {
+                        let syn::ForeignItem::Fn(f) = item else {
+                            continue;
+                        };
+                        let name = f.sig.ident.to_string();
+                        t.initializers.extend(
+                            INITIALIZERS.iter().filter(|(shim, _, _)| {
+                                name == format!("metrale_{shim}_initializer")
+                            }),
+                        );
                     }
                 }
                 Item::Const(k) => {
@@ -193,21 +232,10 @@ impl Tables {
             "systest_floats",
             self.floats.iter().map(|(_, e)| e.clone()).collect(),
         );
-        for (func, ty, init) in [
-            (
-                "systest_config_bytes",
-                "ncclConfig_t",
-                "NCCL_CONFIG_INITIALIZER",
-            ),
-            (
-                "systest_sim_info_bytes",
-                "ncclSimInfo_t",
-                "NCCL_SIM_INFO_INITIALIZER",
-            ),
-        ] {
+        for (shim, ty, init) in &self.initializers {
             let _ = writeln!(
                 c,
-                "const unsigned char *{func}(size_t *len) {{\n    static const {ty} v = {init};\n    *len = sizeof v;\n    return (const unsigned char *)&v;\n}}"
+                "const unsigned char *systest_{shim}_bytes(size_t *len) {{\n    static const {ty} v = {init};\n    *len = sizeof v;\n    return (const unsigned char *)&v;\n}}"
             );
         }
         c
@@ -218,12 +246,28 @@ impl Tables {
         let _ = writeln!(
             r,
             "extern \"C\" {{\n    static systest_sizes: [usize; {n}];\n    static systest_aligns: [usize; {n}];\n    \
-             static systest_offsets: [usize; {}];\n    static systest_ints: [i64; {}];\n    static systest_floats: [f64; {}];\n    \
-             fn systest_config_bytes(len: *mut usize) -> *const u8;\n    fn systest_sim_info_bytes(len: *mut usize) -> *const u8;\n}}",
+             static systest_offsets: [usize; {}];\n    static systest_ints: [i64; {}];\n    static systest_floats: [f64; {}];",
             self.fields.len(),
             self.ints.len(),
             self.floats.len(),
             n = self.types.len(),
+        );
+        for (shim, _, _) in &self.initializers {
+            let _ = writeln!(
+                r,
+                "    fn systest_{shim}_bytes(len: *mut usize) -> *const u8;"
+            );
+        }
+        r.push_str("}\n");
+        let rows = self.initializers.iter().map(|(shim, ty, _)| {
+            format!(
+                "(\"{ty}\", default_bytes::<{ty}> as RustBytes, systest_{shim}_bytes as CBytes),"
+            )
+        });
+        let _ = writeln!(
+            r,
+            "const INITIALIZERS: &[(&str, RustBytes, CBytes)] = &[\n    {}\n];",
+            rows.collect::<Vec<_>>().join("\n    ")
         );
         let table = |r: &mut String, name: &str, ty: &str, rows: Vec<String>| {
             let _ = writeln!(

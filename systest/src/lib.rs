@@ -55,35 +55,35 @@ mod tests {
         assert!(bad.is_empty(), "{}", bad.join("\n"));
     }
 
-    #[test]
-    fn config_default_is_the_c_initializer_byte_for_byte() {
-        let rust = ncclConfig_t::default();
-        // SAFETY: reading the plain-data struct (padding included, zeroed by the shim's static) as bytes.
-        let rust = unsafe {
-            std::slice::from_raw_parts(
-                (&rust as *const ncclConfig_t).cast::<u8>(),
-                size_of::<ncclConfig_t>(),
-            )
-        };
-        let mut len = 0;
-        // SAFETY: the C side returns a static NCCL_CONFIG_INITIALIZER and its size.
-        let c = unsafe { std::slice::from_raw_parts(systest_config_bytes(&mut len), len) };
-        assert_eq!(rust, c);
+    /// The C side of an initializer: a static holding the macro's value, and its size.
+    type CBytes = unsafe extern "C" fn(*mut usize) -> *const u8;
+    /// The Rust side: `T::default()` as bytes.
+    type RustBytes = fn() -> Vec<u8>;
+
+    /// `T::default()` as bytes, padding included (the shim copies a zero-padded static).
+    fn default_bytes<T: Default>() -> Vec<u8> {
+        let value = T::default();
+        // SAFETY: reads size_of::<T>() bytes of a live, fully initialised plain-data value.
+        unsafe { std::slice::from_raw_parts((&value as *const T).cast::<u8>(), size_of::<T>()) }
+            .to_vec()
     }
 
     #[test]
-    fn sim_info_default_is_the_c_initializer_byte_for_byte() {
-        let rust = ncclSimInfo_t::default();
-        // SAFETY: as above, for ncclSimInfo_t.
-        let rust = unsafe {
-            std::slice::from_raw_parts(
-                (&rust as *const ncclSimInfo_t).cast::<u8>(),
-                size_of::<ncclSimInfo_t>(),
-            )
-        };
-        let mut len = 0;
-        // SAFETY: the C side returns a static NCCL_SIM_INFO_INITIALIZER and its size.
-        let c = unsafe { std::slice::from_raw_parts(systest_sim_info_bytes(&mut len), len) };
-        assert_eq!(rust, c);
+    fn every_default_is_its_c_initializer_byte_for_byte() {
+        let names: Vec<&str> = INITIALIZERS.iter().map(|(name, _, _)| *name).collect();
+        assert!(
+            names.contains(&"ncclConfig_t") && names.contains(&"ncclSimInfo_t"),
+            "{names:?}"
+        );
+        for (name, rust, c) in INITIALIZERS {
+            let mut len = 0;
+            // SAFETY: the C side returns a pointer to a static of `len` bytes.
+            let c = unsafe { std::slice::from_raw_parts(c(&mut len), len) };
+            assert_eq!(
+                rust(),
+                c,
+                "{name}::default() against the C compiler's initializer"
+            );
+        }
     }
 }
