@@ -30,6 +30,16 @@ fn run() -> Result<(), String> {
         println!("cargo:rerun-if-changed={input}");
     }
 
+    let snapshot = Snapshot {
+        dir: manifest_dir.join("src/snapshot"),
+    };
+    if env::var("DOCS_RS").is_some() {
+        // docs.rs has neither CUDA nor NCCL: document the committed snapshot; nothing to compile or link.
+        let (nccl, cuda) = snapshot.install(&out_dir)?;
+        emit_version(nccl, cuda, None, &out_dir);
+        return Ok(());
+    }
+
     let places = find::Places::new(&manifest_dir, &pinned_nccl());
     let found = find::find(&BuildHost, &places)?;
     let nccl = header::nccl_version(&found.nccl_include.join("nccl.h"))?;
@@ -37,12 +47,24 @@ fn run() -> Result<(), String> {
 
     let mut include_dirs = vec![found.nccl_include.clone()];
     include_dirs.extend(found.cuda_include.iter().cloned());
-    generate_bindings(&bindings::Inputs {
-        wrapper: &manifest_dir.join("wrapper.h"),
-        shim_header: &manifest_dir.join("shim/shim.h"),
-        include_dirs: &include_dirs,
-        out_dir: &out_dir,
-    })?;
+    if env::var("CARGO_FEATURE_BUNDLED_BINDINGS").is_some() {
+        let (bundled, _) = snapshot.install(&out_dir)?;
+        if bundled != nccl {
+            return Err(format!(
+                "the bundled bindings (feature `bundled-bindings`) are NCCL {bundled}'s, but the headers found are \
+                 {nccl} ({}): their structs may differ. Point the build at NCCL {bundled}, or drop the feature so \
+                 bindgen translates the headers found.",
+                found.nccl_include.display()
+            ));
+        }
+    } else {
+        generate_bindings(&bindings::Inputs {
+            wrapper: &manifest_dir.join("wrapper.h"),
+            shim_header: &manifest_dir.join("shim/shim.h"),
+            include_dirs: &include_dirs,
+            out_dir: &out_dir,
+        })?;
+    }
 
     cc::Build::new()
         .file(manifest_dir.join("shim/shim.c"))
@@ -58,8 +80,28 @@ fn run() -> Result<(), String> {
         })?;
 
     link_nccl(&found);
-    emit_version(nccl, cuda, &found, &out_dir);
+    emit_version(nccl, cuda, Some(&found), &out_dir);
     Ok(())
+}
+
+/// The committed output of bindgen for the pinned NCCL (`ci/regen` writes it; `tests/snapshot.rs` guards it).
+struct Snapshot {
+    dir: PathBuf,
+}
+
+impl Snapshot {
+    const FILES: [&'static str; 2] = ["bindings.rs", "cuda_driver.rs"];
+
+    /// Puts the snapshot where bindgen's output would go; returns the NCCL and CUDA versions it was made from.
+    fn install(&self, out_dir: &Path) -> Result<(header::NcclVersion, u32), String> {
+        for file in Self::FILES {
+            let from = self.dir.join(file);
+            std::fs::copy(&from, out_dir.join(file)).map_err(|e| {
+                format!("cannot copy the bindings snapshot {}: {e}", from.display())
+            })?;
+        }
+        header::snapshot_versions(&self.dir.join("bindings.rs"))
+    }
 }
 
 /// NCCL's version as the crate's version carries it (`0.1.0+nccl-2.29.7`): the one place it is pinned.
@@ -108,8 +150,9 @@ fn link_nccl(found: &find::Found) {
     println!("cargo:rustc-link-arg=-Wl,--enable-new-dtags,-rpath,{dir}");
 }
 
-/// Versions for this crate (cfg flags) and for dependents (`DEP_NCCL_*` in their build scripts).
-fn emit_version(nccl: header::NcclVersion, cuda: u32, found: &find::Found, out_dir: &Path) {
+/// Versions for this crate (cfg flags) and for dependents (`DEP_NCCL_*` in their build scripts); where the
+/// headers and library are, unless the bindings come from the snapshot alone (docs.rs).
+fn emit_version(nccl: header::NcclVersion, cuda: u32, found: Option<&find::Found>, out_dir: &Path) {
     for minor in NCCL_MINORS {
         println!("cargo:rustc-check-cfg=cfg(nccl_2_{minor})");
         if nccl.major > 2 || (nccl.major == 2 && minor <= nccl.minor) {
@@ -119,6 +162,21 @@ fn emit_version(nccl: header::NcclVersion, cuda: u32, found: &find::Found, out_d
     println!("cargo:version_number={}", nccl.code());
     println!("cargo:version={nccl}");
     println!("cargo:cuda_version={cuda}");
+    println!("cargo:bindings={}", out_dir.join("bindings.rs").display());
+    println!("cargo:rustc-env=METRALE_PINNED_NCCL={}", pinned_nccl());
+    let Some(found) = found else {
+        let none = "(none: documentation build from the bundled snapshot)";
+        for var in [
+            "NCCL_INCLUDE",
+            "NCCL_LIB_DIR",
+            "NCCL_FOUND_BY",
+            "CUDA_INCLUDE",
+            "CUDA_FOUND_BY",
+        ] {
+            println!("cargo:rustc-env=METRALE_{var}={none}");
+        }
+        return;
+    };
     println!("cargo:include={}", found.nccl_include.display());
     println!("cargo:lib_dir={}", found.nccl_lib_dir.display());
     let cuda_include: Vec<String> = found
@@ -127,7 +185,6 @@ fn emit_version(nccl: header::NcclVersion, cuda: u32, found: &find::Found, out_d
         .map(|d| d.display().to_string())
         .collect();
     println!("cargo:cuda_include={}", cuda_include.join(":"));
-    println!("cargo:bindings={}", out_dir.join("bindings.rs").display());
     // For the crate's own diagnostics (`version::build_info`).
     println!(
         "cargo:rustc-env=METRALE_NCCL_INCLUDE={}",

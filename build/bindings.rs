@@ -86,6 +86,8 @@ fn base(inputs: &Inputs) -> bindgen::Builder {
     bindgen::Builder::default()
         .header(inputs.wrapper.to_string_lossy())
         .clang_args(["-x", "c", "-std=c11"])
+        // nccl.h documents its API in plain /* */ comments: carry them over as rustdoc.
+        .clang_arg("-fparse-all-comments")
         .clang_args(
             inputs
                 .include_dirs

@@ -64,3 +64,25 @@ fn define(text: &str, name: &str) -> Option<u32> {
             .then(|| words.next()?.parse().ok())?
     })
 }
+
+/// The NCCL and CUDA versions a committed bindings snapshot was generated from (its `pub const`s).
+pub fn snapshot_versions(bindings: &Path) -> Result<(NcclVersion, u32), String> {
+    let text = read(bindings)?;
+    let field = |name: &str| {
+        let prefix = format!("pub const {name}: u32 = ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix)?.strip_suffix(';')?.parse().ok())
+            .ok_or_else(|| {
+                format!(
+                    "{} has no `{prefix}…;`: regenerate it with ci/regen",
+                    bindings.display()
+                )
+            })
+    };
+    let nccl = NcclVersion {
+        major: field("NCCL_MAJOR")?,
+        minor: field("NCCL_MINOR")?,
+        patch: field("NCCL_PATCH")?,
+    };
+    Ok((nccl, field("CUDA_VERSION")?))
+}

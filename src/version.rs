@@ -93,6 +93,9 @@ pub fn library_path() -> Option<String> {
 
 /// Where the build script found the headers and the library these bindings come from.
 pub mod build_info {
+    /// The NCCL version this crate release pins (its version's `+nccl-…`), which `ci/setup` installs and
+    /// the bundled snapshot was generated from.
+    pub const PINNED_NCCL: &str = env!("METRALE_PINNED_NCCL");
     /// The directory holding the `nccl.h` the bindings were generated from.
     pub const NCCL_INCLUDE: &str = env!("METRALE_NCCL_INCLUDE");
     /// The directory libnccl was linked from (also the binaries' RUNPATH).

@@ -57,23 +57,20 @@ fn copy(from: &Path, to: &Path) {
 
 /// `cargo build --example nccl_info` of the copy with exactly `vars` set among the discovery variables.
 fn build(krate: &Path, vars: &[(&str, PathBuf)], verbose: bool) -> Output {
+    let args = ["build", "--example", "nccl_info", "-v"];
+    cargo(krate, &args[..if verbose { 4 } else { 3 }], vars)
+}
+
+/// `cargo <args>` on the copy, offline, with exactly `vars` set among the variables the build reads.
+fn cargo(krate: &Path, args: &[&str], vars: &[(&str, PathBuf)]) -> Output {
     let mut cmd = Command::new(env!("CARGO"));
-    cmd.args([
-        "build",
-        "--offline",
-        "--locked",
-        "--example",
-        "nccl_info",
-        "--manifest-path",
-    ])
-    .arg(krate.join("Cargo.toml"))
-    .env(
-        "CARGO_TARGET_DIR",
-        Path::new(REPO).join("target/discovery-build"),
-    );
-    if verbose {
-        cmd.arg("-v");
-    }
+    cmd.args(args)
+        .args(["--offline", "--locked", "--manifest-path"])
+        .arg(krate.join("Cargo.toml"))
+        .env(
+            "CARGO_TARGET_DIR",
+            Path::new(REPO).join("target/discovery-build"),
+        );
     for var in [
         "NCCL_INCLUDE_DIR",
         "NCCL_LIB_DIR",
@@ -83,6 +80,9 @@ fn build(krate: &Path, vars: &[(&str, PathBuf)], verbose: bool) -> Output {
         "CUDA_PATH",
         "CUDA_INCLUDE_DIR",
         "PKG_CONFIG_PATH",
+        "DOCS_RS",
+        "LIBCLANG_PATH",
+        "RUSTDOCFLAGS",
     ] {
         cmd.env_remove(var);
     }
@@ -196,4 +196,68 @@ fn each_way_of_finding_the_headers_builds_and_runs() {
         "pkg-config",
     );
     run_example(&["pkg-config nccl", "pkg-config cuda-13.0"]);
+}
+
+#[test]
+fn docs_rs_mode_documents_every_item_without_any_header() {
+    let krate = Path::new(env!("CARGO_TARGET_TMPDIR")).join("docs-rs/crate");
+    copy_crate(&krate);
+    // No variable points anywhere and the copy has no .deps/: only the snapshot is there.
+    let vars = [
+        ("DOCS_RS", PathBuf::from("1")),
+        ("RUSTDOCFLAGS", PathBuf::from("-D warnings")),
+    ];
+    ok(
+        &cargo(&krate, &["doc", "--no-deps", "--lib"], &vars),
+        "DOCS_RS=1 cargo doc",
+    );
+    let doc = Path::new(REPO).join("target/discovery-build/doc/metrale_gpu_sys");
+    for (page, text) in [
+        ("bindings/fn.ncclAllReduce.html", "All-Reduce"),
+        ("bindings/fn.ncclCommInitRankConfig.html", "configuration"),
+        (
+            "bindings/struct.ncclConfig_v22800.html",
+            "Communicator configuration",
+        ),
+        ("bindings/struct.ncclResult_t.html", "ncclInProgress"),
+        ("nccl/fn.check_nccl.html", "ncclGetErrorString"),
+        ("nccl/fn.stream_ready.html", "CUDA_ERROR_NOT_READY"),
+        ("cuda/api/struct.DriverApi.html", "cuStreamQuery"),
+    ] {
+        let html =
+            std::fs::read_to_string(doc.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(html.contains(text), "{page} lacks {text:?}");
+    }
+}
+
+#[test]
+fn bundled_bindings_need_no_libclang_but_the_same_nccl() {
+    let krate = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bundled/crate");
+    copy_crate(&krate);
+    let nccl = deps().join("nccl-2.29.7/nvidia/nccl");
+    let cuda = deps().join("cuda-13.0/nvidia/cu13");
+    // A libclang that cannot load: bindgen must not run at all.
+    let vars = [
+        ("NCCL_HOME", nccl),
+        ("CUDA_HOME", cuda.clone()),
+        ("LIBCLANG_PATH", PathBuf::from("/nonexistent")),
+    ];
+    let args = [
+        "build",
+        "--example",
+        "nccl_info",
+        "--features",
+        "bundled-bindings",
+    ];
+    ok(&cargo(&krate, &args, &vars), "bundled-bindings");
+
+    let older = deps().join("nccl-2.28.9/nvidia/nccl");
+    let vars = [("NCCL_HOME", older), ("CUDA_HOME", cuda)];
+    let out = cargo(&krate, &args, &vars);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the 2.29.7 snapshot must not build against 2.28.9 headers"
+    );
+    assert!(stderr.contains("the bundled bindings (feature `bundled-bindings`) are NCCL 2.29.7's, but the headers found are 2.28.9"), "{stderr}");
 }

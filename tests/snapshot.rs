@@ -1,0 +1,37 @@
+//! The committed bindings snapshot (src/snapshot/, used by docs.rs and the `bundled-bindings` feature) is
+//! exactly what bindgen generates from the pinned headers: it can never drift. `ci/regen` rewrites it.
+
+use metrale_gpu_sys::version::build_info::PINNED_NCCL as PINNED;
+use metrale_gpu_sys::version::NcclVersion;
+
+#[test]
+fn the_snapshot_is_what_bindgen_generates_from_the_pinned_headers() {
+    if NcclVersion::HEADERS.to_string() != PINNED {
+        eprintln!("built against NCCL {} headers, not the pinned {PINNED}: the snapshot is the pinned one's", NcclVersion::HEADERS);
+        return;
+    }
+    for (file, generated, committed) in [
+        (
+            "bindings.rs",
+            include_str!(concat!(env!("OUT_DIR"), "/bindings.rs")),
+            include_str!("../src/snapshot/bindings.rs"),
+        ),
+        (
+            "cuda_driver.rs",
+            include_str!(concat!(env!("OUT_DIR"), "/cuda_driver.rs")),
+            include_str!("../src/snapshot/cuda_driver.rs"),
+        ),
+    ] {
+        let first_difference = generated
+            .lines()
+            .zip(committed.lines())
+            .position(|(g, c)| g != c);
+        assert!(
+            generated == committed,
+            "src/snapshot/{file} differs from bindgen's output (first differing line: {first_difference:?}, \
+             {} vs {} lines): run ci/regen and commit the result",
+            generated.lines().count(),
+            committed.lines().count()
+        );
+    }
+}
