@@ -7,6 +7,7 @@
 //!   the helpers ([`check_nccl`], [`create_stream`] … [`stream_ready`], [`nccl_mem_alloc`], [`nccl_mem_free`]).
 //! - [`cuda`]: the driver, loaded at run time (machines without a GPU have no `libcuda.so.1`).
 //! - [`version`]: the headers' NCCL version against the loaded library's.
+//! - [`watchdog`]: waits with a deadline that abort the communicator instead of hanging.
 //!
 //! Status and selector types (`ncclResult_t`, `ncclDataType_t`, `ncclRedOp_t`, `CUresult`, …) are
 //! transparent newtypes over the C integer with associated constants (`ncclResult_t::ncclSuccess`), not
@@ -65,6 +66,7 @@ mod init;
 mod memory;
 mod stream;
 pub mod version;
+pub mod watchdog;
 
 pub mod nccl {
     //! The module metrale-comm uses: every generated item under its C name, the Rust-named aliases, and
