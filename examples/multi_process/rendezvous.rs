@@ -1,0 +1,161 @@
+//! Hands rank 0's `ncclUniqueId` to the other ranks over TCP: the out-of-band step every multi-process NCCL
+//! program needs (torchrun uses its store; MPI programs `MPI_Bcast`). Rank 0 listens on
+//! `MASTER_ADDR:MASTER_PORT`; each other rank connects, says who it is, and reads the id.
+//!
+//! Wire format: the client sends `MGS1` and its rank (u32 LE); rank 0 answers `MGS1` and the id's bytes.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+const MAGIC: &[u8; 4] = b"MGS1";
+/// The id's size, `NCCL_UNIQUE_ID_BYTES`.
+pub const ID_BYTES: usize = 128;
+
+/// Rank 0: serves `id` to `world_size - 1` ranks on `addr`, within `timeout`.
+pub fn serve(
+    addr: &str,
+    world_size: u32,
+    id: &[u8; ID_BYTES],
+    timeout: Duration,
+) -> Result<(), String> {
+    let listener =
+        TcpListener::bind(addr).map_err(|e| format!("rank 0 cannot listen on {addr}: {e}"))?;
+    serve_on(listener, world_size, id, timeout)
+}
+
+/// [`serve`] on a listener already bound (tests bind port 0).
+pub fn serve_on(
+    listener: TcpListener,
+    world_size: u32,
+    id: &[u8; ID_BYTES],
+    timeout: Duration,
+) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let mut served = Vec::new();
+    while served.len() + 1 < world_size as usize {
+        match listener.accept() {
+            Ok((mut peer, from)) => {
+                peer.set_nonblocking(false).map_err(|e| e.to_string())?;
+                peer.set_read_timeout(Some(remaining(deadline)?))
+                    .map_err(|e| e.to_string())?;
+                let mut hello = [0u8; 8];
+                read_all(&mut peer, &mut hello, &format!("the hello from {from}"))?;
+                if &hello[..4] != MAGIC {
+                    return Err(format!(
+                        "{from} is not a rank of this job (bad hello {:02x?})",
+                        &hello[..4]
+                    ));
+                }
+                let rank = u32::from_le_bytes([hello[4], hello[5], hello[6], hello[7]]);
+                if rank == 0 || rank >= world_size || served.contains(&rank) {
+                    return Err(format!(
+                        "{from} claims rank {rank}, invalid or taken (world size {world_size})"
+                    ));
+                }
+                let mut reply = MAGIC.to_vec();
+                reply.extend_from_slice(id);
+                peer.write_all(&reply)
+                    .map_err(|e| format!("sending the id to rank {rank} ({from}): {e}"))?;
+                served.push(rank);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    return Err(format!(
+                        "rank 0 at {local}: timed out after {timeout:?} with {} of {} ranks connected ({served:?})",
+                        served.len(),
+                        world_size - 1
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(format!("rank 0 at {local}: accept failed: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// Any other rank: fetches the id from rank 0 at `addr`, retrying the connection until `timeout` (rank 0
+/// may start later).
+pub fn fetch(addr: &str, rank: u32, timeout: Duration) -> Result<[u8; ID_BYTES], String> {
+    let deadline = Instant::now() + timeout;
+    let target: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve MASTER_ADDR:MASTER_PORT '{addr}': {e}"))?
+        .collect();
+    let mut stream = loop {
+        let attempt = target
+            .iter()
+            .find_map(|a| TcpStream::connect_timeout(a, Duration::from_millis(500)).ok());
+        match attempt {
+            Some(s) => break s,
+            None if Instant::now() >= deadline => {
+                return Err(format!(
+                    "rank {rank}: rank 0 did not answer at {addr} within {timeout:?}"
+                ))
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    stream
+        .set_read_timeout(Some(remaining(deadline)?))
+        .map_err(|e| e.to_string())?;
+    let mut hello = MAGIC.to_vec();
+    hello.extend_from_slice(&rank.to_le_bytes());
+    stream
+        .write_all(&hello)
+        .map_err(|e| format!("rank {rank}: sending to {addr}: {e}"))?;
+    let mut reply = [0u8; 4 + ID_BYTES];
+    read_all(
+        &mut stream,
+        &mut reply,
+        &format!("the unique id from rank 0 at {addr}"),
+    )?;
+    if &reply[..4] != MAGIC {
+        return Err(format!(
+            "{addr} is not rank 0 of this job (bad reply {:02x?})",
+            &reply[..4]
+        ));
+    }
+    let mut id = [0u8; ID_BYTES];
+    id.copy_from_slice(&reply[4..]);
+    Ok(id)
+}
+
+/// Reads exactly `buf.len()` bytes, naming what was expected when the peer closes early or is too slow.
+fn read_all(stream: &mut TcpStream, buf: &mut [u8], what: &str) -> Result<(), String> {
+    let mut got = 0;
+    while got < buf.len() {
+        match stream.read(&mut buf[got..]) {
+            Ok(0) => {
+                return Err(format!(
+                    "{what}: the peer closed the connection after {got} of {} bytes",
+                    buf.len()
+                ))
+            }
+            Ok(n) => got += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(format!(
+                    "{what}: timed out after {got} of {} bytes",
+                    buf.len()
+                ))
+            }
+            Err(e) => return Err(format!("{what}: {e}")),
+        }
+    }
+    Ok(())
+}
+
+fn remaining(deadline: Instant) -> Result<Duration, String> {
+    deadline
+        .checked_duration_since(Instant::now())
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| "the rendezvous deadline passed".to_string())
+}
