@@ -1,0 +1,305 @@
+//! `ncclConfig_t` through `ncclCommInitRankConfig`: the default, non-blocking communicators, the fields
+//! NCCL reports, and configs NCCL must refuse.
+
+use std::time::Duration;
+
+use metrale_gpu_sys::cuda;
+use metrale_gpu_sys::nccl::*;
+
+use crate::children;
+use crate::common::*;
+use crate::data::{self, Op};
+
+fn smoke_cases(world: &World, tally: &mut Tally, seed: u64) {
+    for (i, count) in [1usize, 65_539, (4 << 20) + 1].into_iter().enumerate() {
+        let s = seed + i as u64;
+        let f32 = &data::FLOAT32;
+        tally.case(
+            world,
+            Coll::AllReduce(Op::Sum),
+            f32,
+            count,
+            false,
+            s,
+            Buffers::Fresh,
+            None,
+        );
+        tally.case(
+            world,
+            Coll::AllReduce(Op::Sum),
+            f32,
+            count,
+            true,
+            s + 100,
+            Buffers::Fresh,
+            None,
+        );
+        tally.case(
+            world,
+            Coll::AllGather,
+            &data::FLOAT16,
+            count,
+            false,
+            s + 200,
+            Buffers::Fresh,
+            None,
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs 2 GPUs: run through ci/gpu"]
+fn config_default_init_rank_config() {
+    let n = gpus();
+    let config = NcclConfig::default();
+    assert_eq!(
+        config.size,
+        std::mem::size_of::<NcclConfig>(),
+        "config.size"
+    );
+    assert_eq!(config.magic, 0xcafe_beef, "config.magic");
+    assert_eq!(config.blocking, NCCL_CONFIG_UNDEF_INT, "config.blocking");
+    let (world, end) =
+        World::init_config(n, |_| NcclConfig::default()).expect("init with the default");
+    assert_eq!(
+        end,
+        NcclResult::ncclSuccess,
+        "ncclGroupEnd of a blocking init"
+    );
+    let mut tally = Tally::new();
+    smoke_cases(&world, &mut tally, 5000);
+    tally.finish("config_default_init_rank_config");
+}
+
+/// `blocking = 0`: init and collectives return `ncclInProgress` and complete by polling
+/// `ncclCommGetAsyncError`; finalize too.
+#[test]
+#[ignore = "needs 2 GPUs: run through ci/gpu"]
+fn config_nonblocking_in_progress_polling() {
+    let n = gpus();
+    let (mut world, end) = World::init_config(n, |_| NcclConfig {
+        blocking: 0,
+        ..NcclConfig::default()
+    })
+    .expect("non-blocking init");
+    println!("non-blocking init: ncclGroupEnd returned {:?}", end);
+    assert_eq!(
+        end,
+        NcclResult::ncclInProgress,
+        "a non-blocking init returns ncclInProgress"
+    );
+    assert!(!world.blocking);
+    let mut tally = Tally::new();
+    smoke_cases(&world, &mut tally, 5100);
+    println!(
+        "non-blocking collectives: {} of the groups returned ncclInProgress and were polled to completion",
+        world.in_progress_seen.get()
+    );
+    world.sync_all();
+    // Finalize is non-blocking too: in a group, then polled, then destroy.
+    let comms = world.comms.clone();
+    let fin = group_with("ncclCommFinalize", n, false, |r| {
+        // SAFETY: a live, idle communicator, finalized once.
+        unsafe { ncclCommFinalize(comms[r]) }
+    })
+    .expect("ncclCommFinalize");
+    println!("non-blocking finalize: ncclGroupEnd returned {fin:?}");
+    wait_comms(&comms, "ncclCommFinalize").expect("finalize completes");
+    for &c in &comms {
+        // SAFETY: finalized above, destroyed once; the world forgets it below.
+        check_nccl(unsafe { ncclCommDestroy(c) }, "ncclCommDestroy").expect("destroy");
+    }
+    world.forget_comms();
+    tally.finish("config_nonblocking_in_progress_polling");
+}
+
+/// What NCCL logs when it takes a config field: `Comm config <label> set to <value>` (NCCL_DEBUG
+/// subsystem ENV). The child sets these.
+const REPORTED: [(&str, &str); 6] = [
+    ("Comm name", "metrale-gpu-config"),
+    ("Net name", "Socket"),
+    ("Min CTAs", "2"),
+    ("Max CTAs", "4"),
+    ("Split share", "1"),
+    ("CTA policy flags", "1"),
+];
+
+/// commName, netName ("Socket"), minCTAs/maxCTAs, splitShare and CTAPolicy are accepted, and take
+/// effect where NCCL reports them (its INFO log, read from a child process started with NCCL_DEBUG=INFO).
+#[test]
+#[ignore = "needs 2 GPUs: run through ci/gpu"]
+fn config_fields_take_effect() {
+    let n = gpus();
+    let env = [
+        ("NCCL_DEBUG", "INFO".to_string()),
+        ("NCCL_DEBUG_SUBSYS", "INIT,ENV,NET".to_string()),
+    ];
+    let child = children::spawn("config", 0, n, &env, None);
+    let done = children::wait_all(vec![child], Duration::from_secs(180));
+    children::expect_success("config child", &done);
+    let log = &done[0].output;
+
+    let mut problems = Vec::new();
+    // netName = "Socket": the network NCCL chose.
+    let networks: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.split("Using network ").nth(1))
+        .collect();
+    println!("networks NCCL used: {networks:?}");
+    if networks.is_empty() || networks.iter().any(|n| n.trim() != "Socket") {
+        problems.push(format!("netName Socket: NCCL used {networks:?}"));
+    }
+    // minCTAs/maxCTAs: the channels of every communicator lie in [2, 4].
+    let channels: Vec<usize> = log
+        .lines()
+        .filter_map(|l| {
+            l.split(" coll channels")
+                .next()
+                .filter(|_| l.contains(" coll channels"))
+        })
+        .filter_map(|head| head.split_whitespace().last()?.parse().ok())
+        .collect();
+    println!("coll channels per communicator: {channels:?}");
+    if channels.is_empty() || channels.iter().any(|&c| !(2..=4).contains(&c)) {
+        problems.push(format!(
+            "minCTAs 2 / maxCTAs 4: coll channels {channels:?} (none reported, or outside [2, 4])"
+        ));
+    }
+    // Each field, where this NCCL reports its config.
+    let reports = log.contains("Comm config ");
+    for (label, value) in REPORTED {
+        let want = format!("Comm config {label} set to {value}");
+        let seen = log.contains(&want);
+        println!(
+            "{label:<17} {}",
+            if seen {
+                "reported as set".to_string()
+            } else if reports {
+                format!("NOT reported (expected '{want}')")
+            } else {
+                "this NCCL does not report config fields".to_string()
+            }
+        );
+        if reports && !seen {
+            problems.push(format!("'{want}' missing from NCCL's log"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "config fields: {}",
+        problems.join("; ")
+    );
+}
+
+/// The child of `config_fields_take_effect`: every GPU in one process, with the config set.
+pub fn config_child() {
+    let n: usize = children::var(children::NRANKS).parse().expect("rank count");
+    let (world, _) = World::init_config(n, |_| NcclConfig {
+        commName: c"metrale-gpu-config".as_ptr(),
+        netName: c"Socket".as_ptr(),
+        minCTAs: 2,
+        maxCTAs: 4,
+        splitShare: 1,
+        CTAPolicy: NCCL_CTA_POLICY_EFFICIENCY as i32,
+        ..NcclConfig::default()
+    })
+    .expect("init with the config");
+    let mut tally = Tally::new();
+    smoke_cases(&world, &mut tally, 5200);
+    // A split inherits the config (NULL config) and, with splitShare, shares the parent's resources.
+    let mut split = vec![std::ptr::null_mut(); n];
+    group("ncclCommSplit", n, |r| {
+        // SAFETY: a live parent; writes one handle; a NULL config inherits the parent's.
+        unsafe {
+            ncclCommSplit(
+                world.comms[r],
+                0,
+                r as i32,
+                &mut split[r],
+                std::ptr::null_mut(),
+            )
+        }
+    })
+    .expect("split with splitShare");
+    let child = World::from_comms(split, true);
+    smoke_cases(&child, &mut tally, 5300);
+    drop(child);
+    drop(world);
+    tally.finish("config child");
+    println!("CONFIG CHILD OK");
+}
+
+/// A config whose magic or size is wrong is refused with ncclInvalidArgument, before any
+/// communication (a 1-rank communicator, so that nothing could hang).
+#[test]
+#[ignore = "needs 2 GPUs: run through ci/gpu"]
+fn config_bad_magic_or_size_refused() {
+    gpus();
+    cuda::use_device(0, "config test").expect("use_device");
+    let try_init = |what: &str, config: &mut NcclConfig| -> NcclResult {
+        let id = NcclUniqueId::new().expect("ncclGetUniqueId");
+        let mut comm: NcclComm = std::ptr::null_mut();
+        // SAFETY: writes one handle; the config is readable for config.size bytes or more.
+        let res = unsafe { ncclCommInitRankConfig(&mut comm, 1, id, 0, config) };
+        match check_nccl(res, what) {
+            Ok(()) => {
+                println!("{what}: accepted");
+                // SAFETY: a communicator NCCL just made; destroyed once.
+                unsafe { ncclCommDestroy(comm) };
+            }
+            Err(e) => println!("{what}: refused: {e}"),
+        }
+        res
+    };
+    let mut failures = Vec::new();
+    let mut expect = |what: &str, config: &mut NcclConfig, want: NcclResult| {
+        let got = try_init(what, config);
+        if got != want {
+            failures.push(format!("{what}: NCCL returned {got:?}, expected {want:?}"));
+        }
+    };
+    expect(
+        "default config",
+        &mut NcclConfig::default(),
+        NcclResult::ncclSuccess,
+    );
+    let mut c = NcclConfig {
+        magic: 0xdead_beef,
+        ..NcclConfig::default()
+    };
+    expect("magic 0xdeadbeef", &mut c, NcclResult::ncclInvalidArgument);
+    let mut c = NcclConfig {
+        magic: 0,
+        ..NcclConfig::default()
+    };
+    expect(
+        "magic 0 (a zeroed config)",
+        &mut c,
+        NcclResult::ncclInvalidArgument,
+    );
+    for size in [0, 8, 11] {
+        // Sizes that stop before the magic (offset 8, 4 bytes): NCCL copies `size` bytes only.
+        let mut c = NcclConfig {
+            size,
+            ..NcclConfig::default()
+        };
+        expect(
+            &format!("size {size}"),
+            &mut c,
+            NcclResult::ncclInvalidArgument,
+        );
+    }
+    let mut c = NcclConfig {
+        blocking: 5,
+        ..NcclConfig::default()
+    };
+    expect("blocking 5", &mut c, NcclResult::ncclInvalidArgument);
+    // A size larger than the struct is clamped by NCCL by design (a newer header's config): reported,
+    // not required either way.
+    let mut c = NcclConfig {
+        size: std::mem::size_of::<NcclConfig>() + 64,
+        ..NcclConfig::default()
+    };
+    try_init("size larger than ncclConfig_t (NCCL clamps it)", &mut c);
+    assert!(failures.is_empty(), "{}", failures.join("; "));
+}

@@ -1,0 +1,126 @@
+//! A collective captured into a CUDA graph on streams from the crate's helper, then replayed.
+
+use metrale_gpu_sys::cuda::{self, CUgraph, CUgraphExec, CUstreamCaptureMode};
+use metrale_gpu_sys::nccl::*;
+
+use crate::common::*;
+use crate::data::{self, Op, Rng};
+
+#[test]
+#[ignore = "needs 2 GPUs: run through ci/gpu"]
+fn cuda_graph_capture_and_replay() {
+    let n = gpus();
+    let world = World::init_all(n);
+    let api = api();
+    let dt = &data::FLOAT32;
+    const COUNT: usize = (32 << 20) / 4 + 3;
+    let send: Vec<DevBuf> = (0..n)
+        .map(|r| DevBuf::cuda(world.devs[r], COUNT * 4))
+        .collect();
+    let recv: Vec<DevBuf> = (0..n)
+        .map(|r| DevBuf::cuda(world.devs[r], COUNT * 4))
+        .collect();
+
+    // Warm-up outside the capture: connections are made.
+    let mut tally = Tally::new();
+    tally.case(
+        &world,
+        Coll::AllReduce(Op::Sum),
+        dt,
+        1001,
+        false,
+        12_000,
+        Buffers::Fresh,
+        None,
+    );
+
+    // Capture: every rank's stream, one group of all-reduces (send -> recv).
+    for r in 0..n {
+        cuda::use_device(world.devs[r], "capture").expect("use_device");
+        // SAFETY: a live stream, not capturing yet.
+        check_cuda(
+            unsafe {
+                api.cuStreamBeginCapture_v2(
+                    world.streams[r],
+                    CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+                )
+            },
+            "cuStreamBeginCapture",
+        )
+        .expect("begin capture");
+    }
+    group("ncclAllReduce (captured)", n, |r| {
+        // SAFETY: both buffers hold COUNT floats on the communicator's device; the stream is capturing.
+        unsafe {
+            ncclAllReduce(
+                send[r].at(0),
+                recv[r].at(0),
+                COUNT,
+                dt.nccl,
+                Op::Sum.nccl(),
+                world.comms[r],
+                world.streams[r],
+            )
+        }
+    })
+    .expect("collective under capture");
+    let mut graphs: Vec<CUgraph> = vec![std::ptr::null_mut(); n];
+    let mut execs: Vec<CUgraphExec> = vec![std::ptr::null_mut(); n];
+    for r in 0..n {
+        cuda::use_device(world.devs[r], "capture").expect("use_device");
+        // SAFETY: ends the capture begun above on this stream; writes one graph; then instantiates it in
+        // the device's (current) context.
+        unsafe {
+            check_cuda(
+                api.cuStreamEndCapture(world.streams[r], &mut graphs[r]),
+                "cuStreamEndCapture",
+            )
+            .expect("end capture");
+            check_cuda(
+                api.cuGraphInstantiateWithFlags(&mut execs[r], graphs[r], 0),
+                "cuGraphInstantiateWithFlags",
+            )
+            .expect("instantiate");
+        }
+    }
+    println!("captured one all-reduce per GPU into a CUDA graph and instantiated it");
+
+    // Replays: new input each time, output poisoned each time.
+    for replay in 0..3u64 {
+        let inputs: Vec<Vec<u8>> = (0..n)
+            .map(|k| dt.random(&mut Rng::new(data::seed(12_100 + replay, k)), COUNT))
+            .collect();
+        for r in 0..n {
+            send[r].upload(0, &inputs[r], world.streams[r]);
+            recv[r].fill(0, recv[r].bytes, POISON, world.streams[r]);
+        }
+        for r in 0..n {
+            cuda::use_device(world.devs[r], "replay").expect("use_device");
+            // SAFETY: an instantiated graph of this device, launched on this device's stream.
+            check_cuda(
+                unsafe { api.cuGraphLaunch(execs[r], world.streams[r]) },
+                "cuGraphLaunch",
+            )
+            .expect("launch");
+        }
+        world.sync_all();
+        let ins: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
+        for r in 0..n {
+            let got = recv[r].download(0, COUNT * 4, world.streams[r]);
+            let v = data::check_reduce(dt, Op::Sum, &ins, &got);
+            tally.record(
+                &format!("graph replay {replay} rank {r}: {COUNT} floats"),
+                v,
+            );
+        }
+    }
+    for r in 0..n {
+        // SAFETY: idle (synchronised above), destroyed once.
+        unsafe {
+            check_cuda(api.cuGraphExecDestroy(execs[r]), "cuGraphExecDestroy")
+                .expect("destroy exec");
+            check_cuda(api.cuGraphDestroy(graphs[r]), "cuGraphDestroy").expect("destroy graph");
+        }
+    }
+    tally.finish("cuda_graph_capture_and_replay");
+}

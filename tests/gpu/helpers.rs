@@ -1,0 +1,150 @@
+//! The crate's stream and event helpers, from a fresh thread per GPU (one communicator each, made with
+//! ncclCommInitRank as separate processes would).
+
+use metrale_gpu_sys::cuda;
+use metrale_gpu_sys::nccl::*;
+
+use crate::common::*;
+use crate::data::{self, Op, Rng};
+
+const COUNT: usize = (256 << 20) / 4 + 3;
+
+fn per_gpu(rank: usize, n: usize, id: NcclUniqueId) -> Result<Vec<String>, String> {
+    let dev = rank as i32;
+    let mut notes = Vec::new();
+    // Many streams and events, created and destroyed.
+    for _ in 0..32 {
+        let s = create_stream(dev).map_err(|e| e.to_string())?;
+        let e = create_event(dev).map_err(|e| e.to_string())?;
+        record(e, s).map_err(|e| e.to_string())?;
+        sync(s).map_err(|e| e.to_string())?;
+        drop_event(e).map_err(|e| e.to_string())?;
+        drop_stream(s).map_err(|e| e.to_string())?;
+    }
+    notes.push("32 streams and events created, recorded, synchronised, destroyed".to_string());
+
+    let producer = create_stream(dev).map_err(|e| e.to_string())?;
+    let consumer = create_stream(dev).map_err(|e| e.to_string())?;
+    let event = create_event(dev).map_err(|e| e.to_string())?;
+    let mut comm: NcclComm = std::ptr::null_mut();
+    cuda::use_device(dev, "helpers test").map_err(|e| e.to_string())?;
+    // SAFETY: writes one handle; rank `rank` of n on the current device.
+    check_nccl(
+        unsafe { ncclCommInitRank(&mut comm, n as i32, id, rank as i32) },
+        "ncclCommInitRank",
+    )
+    .map_err(|e| e.to_string())?;
+
+    let dt = &data::FLOAT32;
+    let inputs: Vec<Vec<u8>> = (0..n)
+        .map(|k| dt.random(&mut Rng::new(data::seed(9000, k)), COUNT))
+        .collect();
+    let x = DevBuf::cuda(dev, COUNT * 4);
+    let y = DevBuf::cuda(dev, COUNT * 4);
+    y.fill(0, y.bytes, POISON, consumer);
+    sync(consumer).map_err(|e| e.to_string())?;
+
+    // Producer: upload, all-reduce in place; event; consumer waits for it, then copies x to y.
+    x.upload(0, &inputs[rank], producer);
+    // SAFETY: x holds COUNT floats on this device; the stream is this device's.
+    check_nccl(
+        unsafe {
+            ncclAllReduce(
+                x.at(0),
+                x.at(0),
+                COUNT,
+                dt.nccl,
+                Op::Sum.nccl(),
+                comm,
+                producer,
+            )
+        },
+        "ncclAllReduce",
+    )
+    .map_err(|e| e.to_string())?;
+    record(event, producer).map_err(|e| e.to_string())?;
+    wait_event(consumer, event).map_err(|e| e.to_string())?;
+    // SAFETY: both buffers hold COUNT * 4 bytes; the consumer stream is live.
+    check_cuda(
+        unsafe { api().cuMemcpyDtoDAsync_v2(y.ptr, x.ptr, COUNT * 4, consumer) },
+        "cuMemcpyDtoDAsync",
+    )
+    .map_err(|e| e.to_string())?;
+    // Only the consumer is synchronised: what it copied must be the reduced data.
+    let got = y.download(0, COUNT * 4, consumer);
+    let ins: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
+    data::check_reduce(dt, Op::Sum, &ins, &got)
+        .map_err(|e| format!("consumer stream after stream_wait_event: {e}"))?;
+    notes.push(format!(
+        "record_event + stream_wait_event: the consumer's copy of a {} MiB all-reduce is the reduced data",
+        (COUNT * 4) >> 20
+    ));
+
+    // stream_ready: false while 16 large all-reduces run, true after sync_stream.
+    for _ in 0..16 {
+        // SAFETY: as above.
+        check_nccl(
+            unsafe {
+                ncclAllReduce(
+                    x.at(0),
+                    x.at(0),
+                    COUNT,
+                    dt.nccl,
+                    Op::Max.nccl(),
+                    comm,
+                    producer,
+                )
+            },
+            "ncclAllReduce",
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    let busy = ready(producer).map_err(|e| e.to_string())?;
+    sync(producer).map_err(|e| e.to_string())?;
+    let idle = ready(producer).map_err(|e| e.to_string())?;
+    notes.push(format!(
+        "stream_ready during 16 all-reduces: {busy}, after sync_stream: {idle}"
+    ));
+    if busy || !idle {
+        return Err(format!(
+            "stream_ready was {busy} while collectives were queued (expected false) and {idle} after sync_stream (expected true)"
+        ));
+    }
+
+    drop(x);
+    drop(y);
+    // SAFETY: idle communicator, destroyed once.
+    check_nccl(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy").map_err(|e| e.to_string())?;
+    drop_event(event).map_err(|e| e.to_string())?;
+    drop_stream(producer).map_err(|e| e.to_string())?;
+    drop_stream(consumer).map_err(|e| e.to_string())?;
+    Ok(notes)
+}
+
+#[test]
+#[ignore = "needs 2 GPUs: run through ci/gpu"]
+fn helpers_streams_events_thread_per_gpu() {
+    let n = gpus();
+    let id = NcclUniqueId::new().expect("ncclGetUniqueId");
+    let threads: Vec<_> = (0..n)
+        .map(|r| {
+            std::thread::Builder::new()
+                .name(format!("gpu{r}"))
+                .spawn(move || per_gpu(r, n, id))
+                .expect("spawn a thread")
+        })
+        .collect();
+    let mut failures = Vec::new();
+    for (r, t) in threads.into_iter().enumerate() {
+        match t.join() {
+            Ok(Ok(notes)) => {
+                for note in notes {
+                    println!("GPU {r} thread: {note}");
+                }
+            }
+            Ok(Err(e)) => failures.push(format!("GPU {r} thread: {e}")),
+            Err(_) => failures.push(format!("GPU {r} thread panicked")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
