@@ -10,7 +10,8 @@
 #   3. runs nccl_info built against that version: must exit 0 with the all-reduce correct;
 #   4. runs nccl_info built against the pinned NCCL: where the library is older, it must report the
 #      version skew and exit non-zero (2), which counts as a pass;
-#   5. runs the host checks, then every GPU test, each in its own process (timeout per test);
+#   5. runs the host checks, then every GPU test, each in its own process (timeout per test;
+#      GPU_TESTS=<regex> picks some);
 #   6. writes full logs to LOGDIR (machine.txt, find-nccl.log, one log per step under steps/) and
 #      summary.txt, and prints a table last, ending with the line "N passed, M failed".
 # Exit status: 0 when everything passed, 1 otherwise (2: bad usage or no matching libnccl).
@@ -132,7 +133,9 @@ fi
 run_step "host checks" "$logdir/steps/host-checks.log" 120 "$here/gpu-tests" --test-threads=4
 if [ "$rc" = 0 ]; then record "host checks (non-GPU tests)" PASS "$secs"; else record "host checks (non-GPU tests)" FAIL "$secs" "exit $rc"; fi
 
-mapfile -t tests < <("$here/gpu-tests" --list --ignored 2>/dev/null | sed -n 's/: test$//p' | grep -vx child_process_entry)
+# GPU_TESTS (an extended regular expression) runs only the tests whose names match it.
+mapfile -t tests < <("$here/gpu-tests" --list --ignored 2>/dev/null | sed -n 's/: test$//p' \
+    | grep -vx child_process_entry | grep -E -- "${GPU_TESTS:-.}")
 [ "${#tests[@]}" -gt 0 ] || record "list of GPU tests" FAIL 0.0 "gpu-tests --list --ignored listed none"
 for t in "${tests[@]}"; do
     log="$logdir/steps/${t//::/.}.log"

@@ -82,7 +82,9 @@ pub fn spawn(
     let output = std::thread::spawn(move || {
         let mut text = String::new();
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let (Some(hex), Some(tx)) = (line.strip_prefix(ID_LINE), id_tx.as_ref()) {
+            // libtest prints "test child_process_entry ... " without a newline first: the id may
+            // follow it on the same line.
+            if let (Some(hex), Some(tx)) = (line.split(ID_LINE).nth(1), id_tx.as_ref()) {
                 let _ = tx.send(hex.trim().to_string());
             }
             text.push_str(&line);
@@ -190,7 +192,7 @@ pub fn to_hex(bytes: &[u8]) -> String {
 }
 
 pub fn from_hex(hex: &str) -> Vec<u8> {
-    assert!(hex.len().is_multiple_of(2), "odd-length hex {hex:?}");
+    assert!(hex.len() % 2 == 0, "odd-length hex {hex:?}");
     (0..hex.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex digits"))

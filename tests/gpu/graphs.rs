@@ -34,11 +34,14 @@ fn cuda_graph_capture_and_replay() {
         None,
     );
 
-    // Capture: every rank's stream, one group of all-reduces (send -> recv).
+    // Capture: every rank's stream, one group of all-reduces (send -> recv). Every capture begun is
+    // ended before anything can fail the test: a stream left capturing would hang the teardown.
+    let mut begun = Vec::new();
+    let mut errors: Vec<String> = Vec::new();
     for r in 0..n {
         cuda::use_device(world.devs[r], "capture").expect("use_device");
         // SAFETY: a live stream, not capturing yet.
-        check_cuda(
+        let res = check_cuda(
             unsafe {
                 api.cuStreamBeginCapture_v2(
                     world.streams[r],
@@ -46,42 +49,54 @@ fn cuda_graph_capture_and_replay() {
                 )
             },
             "cuStreamBeginCapture",
-        )
-        .expect("begin capture");
-    }
-    group("ncclAllReduce (captured)", n, |r| {
-        // SAFETY: both buffers hold COUNT floats on the communicator's device; the stream is capturing.
-        unsafe {
-            ncclAllReduce(
-                send[r].at(0),
-                recv[r].at(0),
-                COUNT,
-                dt.nccl,
-                Op::Sum.nccl(),
-                world.comms[r],
-                world.streams[r],
-            )
+        );
+        match res {
+            Ok(()) => begun.push(r),
+            Err(e) => errors.push(e.to_string()),
         }
-    })
-    .expect("collective under capture");
+    }
+    if errors.is_empty() {
+        let res = group("ncclAllReduce (captured)", n, |r| {
+            // SAFETY: both buffers hold COUNT floats on the communicator's device; the stream is capturing.
+            unsafe {
+                ncclAllReduce(
+                    send[r].at(0),
+                    recv[r].at(0),
+                    COUNT,
+                    dt.nccl,
+                    Op::Sum.nccl(),
+                    world.comms[r],
+                    world.streams[r],
+                )
+            }
+        });
+        if let Err(e) = res {
+            errors.push(e.to_string());
+        }
+    }
     let mut graphs: Vec<CUgraph> = vec![std::ptr::null_mut(); n];
+    for &r in &begun {
+        cuda::use_device(world.devs[r], "capture").expect("use_device");
+        // SAFETY: ends the capture begun above on this stream; writes one graph.
+        let res = check_cuda(
+            unsafe { api.cuStreamEndCapture(world.streams[r], &mut graphs[r]) },
+            "cuStreamEndCapture",
+        );
+        if let Err(e) = res {
+            errors.push(e.to_string());
+        }
+    }
+    assert!(errors.is_empty(), "capture: {}", errors.join("; "));
+    // Instantiate only once no stream captures any more (global capture mode forbids it meanwhile).
     let mut execs: Vec<CUgraphExec> = vec![std::ptr::null_mut(); n];
     for r in 0..n {
-        cuda::use_device(world.devs[r], "capture").expect("use_device");
-        // SAFETY: ends the capture begun above on this stream; writes one graph; then instantiates it in
-        // the device's (current) context.
-        unsafe {
-            check_cuda(
-                api.cuStreamEndCapture(world.streams[r], &mut graphs[r]),
-                "cuStreamEndCapture",
-            )
-            .expect("end capture");
-            check_cuda(
-                api.cuGraphInstantiateWithFlags(&mut execs[r], graphs[r], 0),
-                "cuGraphInstantiateWithFlags",
-            )
-            .expect("instantiate");
-        }
+        cuda::use_device(world.devs[r], "instantiate").expect("use_device");
+        // SAFETY: a graph from the capture above, instantiated in its device's (current) context.
+        check_cuda(
+            unsafe { api.cuGraphInstantiateWithFlags(&mut execs[r], graphs[r], 0) },
+            "cuGraphInstantiateWithFlags",
+        )
+        .expect("instantiate");
     }
     println!("captured one all-reduce per GPU into a CUDA graph and instantiated it");
 

@@ -19,7 +19,11 @@ pub fn mp_child() {
     let n: usize = children::var(children::NRANKS).parse().expect("nranks");
     let id = if rank == 0 {
         let id = NcclUniqueId::new().expect("ncclGetUniqueId");
-        println!("{}{}", children::ID_LINE, children::to_hex(&id.to_bytes()));
+        println!(
+            "\n{}{}",
+            children::ID_LINE,
+            children::to_hex(&id.to_bytes())
+        );
         std::io::stdout().flush().expect("flush stdout");
         id
     } else {
