@@ -113,8 +113,10 @@ fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
 
     let stream = create_stream(args.local_rank)?;
     let mut comm: NcclComm = std::ptr::null_mut();
-    let mut config = NcclConfig::default();
-    config.commName = c"multi_process".as_ptr();
+    let mut config = NcclConfig {
+        commName: c"multi_process".as_ptr(),
+        ..NcclConfig::default()
+    };
     // SAFETY: comm and config are valid for the call; init blocks until every rank has joined.
     check_nccl(
         unsafe {

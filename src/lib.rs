@@ -23,8 +23,7 @@
 //!     let id = NcclUniqueId::new()?; // rank 0 sends id.to_bytes() to the other ranks
 //!     let stream = create_stream(0)?;
 //!     let mut comm: NcclComm = std::ptr::null_mut();
-//!     let mut config = NcclConfig::default();
-//!     config.commName = c"example".as_ptr();
+//!     let mut config = NcclConfig { commName: c"example".as_ptr(), ..NcclConfig::default() };
 //!     // SAFETY: comm and config are valid for writes and reads; a 1-rank communicator on device 0.
 //!     check_nccl(unsafe { ncclCommInitRankConfig(&mut comm, 1, id, 0, &mut config) }, "ncclCommInitRankConfig")?;
 //!     let buf = nccl_mem_alloc(0, 1024 * 4)?;

@@ -30,15 +30,15 @@ pub enum WaitError {
         /// How long the wait lasted.
         waited: Duration,
         /// The error `ncclCommAbort` itself returned, if any.
-        abort_error: Option<GpuError>,
+        abort_error: Option<Box<GpuError>>,
     },
     /// NCCL reported an error on the communicator: `ncclRemoteError` (a peer failed or left) or another
     /// asynchronous error, with NCCL's text; or a CUDA error on the stream.
     Failed {
         /// The error as NCCL or CUDA reported it.
-        error: GpuError,
+        error: Box<GpuError>,
         /// The error `ncclCommAbort` itself returned, if any.
-        abort_error: Option<GpuError>,
+        abort_error: Option<Box<GpuError>>,
     },
 }
 
@@ -50,8 +50,8 @@ impl WaitError {
 
     /// True when NCCL blamed a peer (`ncclRemoteError`): it died, left, or its network failed.
     pub fn is_remote(&self) -> bool {
-        matches!(self, WaitError::Failed { error: GpuError::Nccl { code, .. }, .. }
-            if *code == ncclResult_t::ncclRemoteError)
+        matches!(self, WaitError::Failed { error, .. }
+            if matches!(**error, GpuError::Nccl { code, .. } if code == ncclResult_t::ncclRemoteError))
     }
 }
 
@@ -110,15 +110,16 @@ pub fn wait_until(
             Ok(true) => return Ok(()),
             Ok(false) => {}
             Err(error) => {
+                let abort_error = watched.abort().err().map(Box::new);
                 return Err(WaitError::Failed {
-                    error,
-                    abort_error: watched.abort().err(),
-                })
+                    error: Box::new(error),
+                    abort_error,
+                });
             }
         }
         let waited = start.elapsed();
         if waited >= timeout {
-            let abort_error = watched.abort().err();
+            let abort_error = watched.abort().err().map(Box::new);
             return Err(WaitError::Timeout {
                 context: context.to_string(),
                 waited,

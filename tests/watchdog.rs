@@ -110,11 +110,10 @@ fn a_null_communicator_is_an_error_not_a_crash() {
     // SAFETY: NCCL checks the handle: NULL is reported as an invalid argument, and aborting NULL is a no-op.
     let err = unsafe { watchdog::wait_comm_ready(std::ptr::null_mut(), Duration::from_secs(5)) }
         .expect_err("NULL is no communicator");
-    let WaitError::Failed {
-        error: GpuError::Nccl { code, text, .. },
-        ..
-    } = &err
-    else {
+    let WaitError::Failed { error, .. } = &err else {
+        panic!("{err}")
+    };
+    let GpuError::Nccl { code, text, .. } = &**error else {
         panic!("{err}")
     };
     assert_eq!(*code, NcclResult::ncclInvalidArgument, "{err}");
