@@ -54,40 +54,33 @@ pub fn gpus() -> usize {
 
 // Thin wrappers over the stream and event helpers. Every stream and event the tests pass was created
 // by create_stream / create_event and is destroyed only by its owner after its last use, which is the
-// helpers' handle contract. `allow(unused_unsafe)`: the helpers are `unsafe fn` in some versions of the
-// crate and safe in others; the tests build against both.
+// helpers' handle contract (they are `unsafe fn` because only the caller can promise a handle is live).
 
-#[allow(unused_unsafe)]
 pub fn sync(stream: CUstream) -> Result<(), GpuError> {
     // SAFETY: a live stream (see above).
     unsafe { sync_stream(stream) }
 }
 
-#[allow(unused_unsafe)]
 pub fn ready(stream: CUstream) -> Result<bool, GpuError> {
     // SAFETY: a live stream (see above).
     unsafe { stream_ready(stream) }
 }
 
-#[allow(unused_unsafe)]
 pub fn record(event: CUevent, stream: CUstream) -> Result<(), GpuError> {
     // SAFETY: a live event and stream (see above).
     unsafe { record_event(event, stream) }
 }
 
-#[allow(unused_unsafe)]
 pub fn wait_event(stream: CUstream, event: CUevent) -> Result<(), GpuError> {
     // SAFETY: a live stream and event (see above).
     unsafe { stream_wait_event(stream, event) }
 }
 
-#[allow(unused_unsafe)]
 pub fn drop_stream(stream: CUstream) -> Result<(), GpuError> {
     // SAFETY: a live stream, not used after this (see above).
     unsafe { destroy_stream(stream) }
 }
 
-#[allow(unused_unsafe)]
 pub fn drop_event(event: CUevent) -> Result<(), GpuError> {
     // SAFETY: a live event, not used after this (see above).
     unsafe { destroy_event(event) }
