@@ -129,6 +129,26 @@ else
     fi
 fi
 
+# 4b. examples/multi_process: one process per GPU with the TCP rendezvous, flags and torchrun's variables,
+#     over NVLink (P2P) and over NCCL's network transport (sockets, as between two hosts).
+multi() {  # multi PORT: rank 0 by flags, rank 1 by torchrun's variables
+    "$here/multi_process" --rank 0 --world-size 2 --local-rank 0 --master "127.0.0.1:$1" & local r0=$!
+    RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$1 "$here/multi_process"; local rc1=$?
+    wait "$r0"; local rc0=$?
+    [ "$rc0" = 0 ] && [ "$rc1" = 0 ]
+}
+export -f multi; export here
+for transport in p2p net; do
+    extra=(); [ "$transport" = net ] && extra=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
+    port=$((29600 + ${#names[@]}))
+    run_step "multi_process $transport" "$logdir/steps/multi_process-$transport.log" 120 "${extra[@]}" bash -c "multi $port"
+    if [ "$rc" = 0 ] && [ "$(grep -c 'all-reduce of .* correct' "$logdir/steps/multi_process-$transport.log")" = 2 ]; then
+        record "multi_process, 2 processes ($transport)" PASS "$secs"
+    else
+        record "multi_process, 2 processes ($transport)" FAIL "$secs" "exit $rc; see steps/multi_process-$transport.log"
+    fi
+done
+
 # 5. The host checks, then every GPU test in its own process.
 run_step "host checks" "$logdir/steps/host-checks.log" 120 "$here/gpu-tests" --test-threads=4
 if [ "$rc" = 0 ]; then record "host checks (non-GPU tests)" PASS "$secs"; else record "host checks (non-GPU tests)" FAIL "$secs" "exit $rc"; fi

@@ -25,7 +25,18 @@ static DRIVER: OnceLock<Result<DriverApi, GpuError>> = OnceLock::new();
 
 /// The loaded and initialised driver, or why it is unavailable (no driver, a driver older than the
 /// headers, or `cuInit` failing, e.g. no GPU). `context` names the caller in the error.
+#[inline]
 pub fn driver(context: &str) -> Result<&'static DriverApi, GpuError> {
+    match DRIVER.get() {
+        Some(Ok(api)) => Ok(api),
+        _ => driver_slow(context),
+    }
+}
+
+/// The first call (loading the driver), and every call once loading has failed.
+#[cold]
+#[inline(never)]
+fn driver_slow(context: &str) -> Result<&'static DriverApi, GpuError> {
     match DRIVER.get_or_init(load) {
         Ok(api) => Ok(api),
         Err(e) => Err(with_context(e.clone(), context)),
@@ -79,10 +90,17 @@ fn with_context(error: GpuError, context: &str) -> GpuError {
 
 /// `Ok(())` for `CUDA_SUCCESS`; otherwise an error with `context`, the code, `cuGetErrorName` and
 /// `cuGetErrorString`.
+#[inline]
 pub fn check_cuda(result: CUresult, context: &str) -> Result<(), GpuError> {
     if result == CUresult::CUDA_SUCCESS {
         return Ok(());
     }
+    cuda_error(result, context)
+}
+
+#[cold]
+#[inline(never)]
+fn cuda_error(result: CUresult, context: &str) -> Result<(), GpuError> {
     check_with(driver(context)?, result, context)
 }
 

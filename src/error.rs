@@ -111,10 +111,18 @@ impl std::error::Error for GpuError {}
 
 /// `Ok(())` for `ncclSuccess`; otherwise an error naming `context`, the text of `ncclGetErrorString`, the
 /// code, and `ncclGetLastError`'s message when NCCL has one. Codes the headers do not list are errors too.
+#[inline]
 pub fn check_nccl(result: ncclResult_t, context: &str) -> Result<(), GpuError> {
     if result == ncclResult_t::ncclSuccess {
         return Ok(());
     }
+    Err(nccl_error(result, context))
+}
+
+/// The failure path of `check_nccl`, kept out of line so the success path inlines to one compare.
+#[cold]
+#[inline(never)]
+fn nccl_error(result: ncclResult_t, context: &str) -> GpuError {
     // SAFETY: both return NULL or a pointer to a static, NUL-terminated string; any code is accepted.
     let (text, last) = unsafe {
         (
@@ -122,12 +130,12 @@ pub fn check_nccl(result: ncclResult_t, context: &str) -> Result<(), GpuError> {
             c_text(ncclGetLastError(std::ptr::null_mut())),
         )
     };
-    Err(GpuError::Nccl {
+    GpuError::Nccl {
         context: context.to_string(),
         code: result,
         text: text.unwrap_or_else(|| "no description".into()),
         last_error: last.filter(|s| !s.is_empty()),
-    })
+    }
 }
 
 /// Copies a C string the library owns; `None` for NULL.

@@ -29,6 +29,7 @@ pub fn create_stream(device: i32) -> Result<CUstream, GpuError> {
 ///
 /// # Safety
 /// The handles are live (see the module's contract).
+#[inline]
 pub unsafe fn destroy_stream(stream: CUstream) -> Result<(), GpuError> {
     let api = driver("destroy_stream")?;
     // SAFETY: the caller upholds the module's handle contract.
@@ -49,6 +50,7 @@ pub fn create_event(device: i32) -> Result<CUevent, GpuError> {
 ///
 /// # Safety
 /// The handles are live (see the module's contract).
+#[inline]
 pub unsafe fn destroy_event(event: CUevent) -> Result<(), GpuError> {
     let api = driver("destroy_event")?;
     // SAFETY: the caller upholds the module's handle contract.
@@ -59,6 +61,7 @@ pub unsafe fn destroy_event(event: CUevent) -> Result<(), GpuError> {
 ///
 /// # Safety
 /// The handles are live (see the module's contract).
+#[inline]
 pub unsafe fn record_event(event: CUevent, stream: CUstream) -> Result<(), GpuError> {
     let api = driver("record_event")?;
     // SAFETY: the caller upholds the module's handle contract.
@@ -70,6 +73,7 @@ pub unsafe fn record_event(event: CUevent, stream: CUstream) -> Result<(), GpuEr
 ///
 /// # Safety
 /// The handles are live (see the module's contract).
+#[inline]
 pub unsafe fn stream_wait_event(stream: CUstream, event: CUevent) -> Result<(), GpuError> {
     let api = driver("stream_wait_event")?;
     // SAFETY: the caller upholds the module's handle contract; flags 0 is the only documented value.
@@ -83,6 +87,7 @@ pub unsafe fn stream_wait_event(stream: CUstream, event: CUevent) -> Result<(), 
 ///
 /// # Safety
 /// The handles are live (see the module's contract).
+#[inline]
 pub unsafe fn sync_stream(stream: CUstream) -> Result<(), GpuError> {
     let api = driver("sync_stream")?;
     // SAFETY: the caller upholds the module's handle contract.
@@ -97,6 +102,7 @@ pub unsafe fn sync_stream(stream: CUstream) -> Result<(), GpuError> {
 ///
 /// # Safety
 /// The handles are live (see the module's contract).
+#[inline]
 pub unsafe fn stream_ready(stream: CUstream) -> Result<bool, GpuError> {
     let api = driver("stream_ready")?;
     // SAFETY: the caller upholds the module's handle contract.
