@@ -87,9 +87,11 @@ pub fn find(host: &dyn Host, places: &Places) -> Result<Found, String> {
 }
 
 type NcclHit = (PathBuf, PathBuf, String, String);
+/// A discovery step for NCCL: its name, the include directories and the library directories it offers.
+type NcclStep = (String, Vec<PathBuf>, Vec<PathBuf>);
 
 fn find_nccl(host: &dyn Host, places: &Places, tried: &mut String) -> Result<NcclHit, String> {
-    let mut steps: Vec<(String, Vec<PathBuf>, Vec<PathBuf>)> = Vec::new();
+    let mut steps: Vec<NcclStep> = Vec::new();
 
     // 1. Both directories named outright.
     match (host.var("NCCL_INCLUDE_DIR"), host.var("NCCL_LIB_DIR")) {
@@ -104,16 +106,7 @@ fn find_nccl(host: &dyn Host, places: &Places, tried: &mut String) -> Result<Ncc
         }
     }
     // 2. An installation root.
-    for name in ["NCCL_HOME", "NCCL_ROOT"] {
-        match host.var(name) {
-            Some(root) => steps.push((
-                format!("{name}={}", root.display()),
-                vec![root.join("include")],
-                lib_dirs(&root),
-            )),
-            None => note(tried, name, "not set"),
-        }
-    }
+    push_roots(host, &["NCCL_HOME", "NCCL_ROOT"], &mut steps, tried);
     // 3. What ci/setup installed into this checkout.
     steps.push((
         "ci/setup's folder".into(),
@@ -137,16 +130,7 @@ fn find_nccl(host: &dyn Host, places: &Places, tried: &mut String) -> Result<Ncc
         Err(why) => note(tried, "pkg-config nccl", &why),
     }
     // 5. The CUDA toolkit's root, then the system.
-    for name in ["CUDA_HOME", "CUDA_PATH"] {
-        match host.var(name) {
-            Some(root) => steps.push((
-                format!("{name}={}", root.display()),
-                vec![root.join("include")],
-                lib_dirs(&root),
-            )),
-            None => note(tried, name, "not set"),
-        }
-    }
+    push_roots(host, &["CUDA_HOME", "CUDA_PATH"], &mut steps, tried);
     let cuda = &places.usr_local_cuda;
     steps.push((
         cuda.display().to_string(),
@@ -161,11 +145,22 @@ fn find_nccl(host: &dyn Host, places: &Places, tried: &mut String) -> Result<Ncc
     first_nccl(&steps, tried).ok_or_else(|| "NCCL (nccl.h and libnccl.so*)".to_string())
 }
 
+/// A step for each installation root named by one of `vars`: its `include/`, and `lib64/` or `lib/`.
+fn push_roots(host: &dyn Host, vars: &[&str], steps: &mut Vec<NcclStep>, tried: &mut String) {
+    for name in vars {
+        match host.var(name) {
+            Some(root) => steps.push((
+                format!("{name}={}", root.display()),
+                vec![root.join("include")],
+                lib_dirs(&root),
+            )),
+            None => note(tried, name, "not set"),
+        }
+    }
+}
+
 /// The first step whose include directories hold `nccl.h`; a header without a library is noted, not taken.
-fn first_nccl(
-    steps: &[(String, Vec<PathBuf>, Vec<PathBuf>)],
-    tried: &mut String,
-) -> Option<NcclHit> {
+fn first_nccl(steps: &[NcclStep], tried: &mut String) -> Option<NcclHit> {
     for (step, incs, libs) in steps {
         let Some(inc) = incs.iter().find(|d| d.join("nccl.h").is_file()) else {
             note(tried, step, &format!("no nccl.h in {}", list(incs)));
