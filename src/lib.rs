@@ -15,30 +15,86 @@
 //! ordinary value, never undefined behaviour.
 //!
 //! # The smallest correct program
+//! Two ranks (one per GPU, driven from one process), an all-reduce, a check, and clean-up. Across processes
+//! or hosts, rank 0 sends `id.to_bytes()` to the others (see `examples/multi_process.rs`).
 //! ```no_run
-//! use metrale_gpu_sys::nccl::*;
+//! use metrale_gpu_sys::{cuda, nccl::*};
 //!
-//! fn main() -> Result<(), GpuError> {
-//!     metrale_gpu_sys::version::check_library_version()?;
-//!     let id = NcclUniqueId::new()?; // rank 0 sends id.to_bytes() to the other ranks
-//!     let stream = create_stream(0)?;
-//!     let mut comm: NcclComm = std::ptr::null_mut();
-//!     let mut config = NcclConfig { commName: c"example".as_ptr(), ..NcclConfig::default() };
-//!     // SAFETY: comm and config are valid for writes and reads; a 1-rank communicator on device 0.
-//!     check_nccl(unsafe { ncclCommInitRankConfig(&mut comm, 1, id, 0, &mut config) }, "ncclCommInitRankConfig")?;
-//!     let buf = nccl_mem_alloc(0, 1024 * 4)?;
-//!     // SAFETY: buf holds 1024 floats on the communicator's device; the stream belongs to that device.
-//!     check_nccl(
-//!         unsafe { ncclAllReduce(buf, buf, 1024, NcclDataType::ncclFloat32, NcclRedOp::ncclSum, comm, stream) },
-//!         "ncclAllReduce",
-//!     )?;
-//!     // SAFETY: the stream is live; once it is idle nothing uses buf, comm or the stream any more.
-//!     unsafe {
-//!         sync_stream(stream)?;
-//!         nccl_mem_free(buf)?;
-//!         check_nccl(ncclCommDestroy(comm), "ncclCommDestroy")?;
-//!         destroy_stream(stream)
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     metrale_gpu_sys::version::check_library_version()?; // the loaded libnccl is not older than the headers
+//!     const N: usize = 1024;
+//!     let id = NcclUniqueId::new()?;
+//!     let api = cuda::driver("example")?;
+//!     let mut ranks = Vec::new(); // (comm, stream, device buffer) per GPU
+//!     check_nccl(unsafe { ncclGroupStart() }, "ncclGroupStart")?;
+//!     for dev in 0..2 {
+//!         let stream = create_stream(dev)?; // also makes `dev` current on this thread
+//!         let buf = nccl_mem_alloc(dev, N * 4)?;
+//!         let host = vec![(dev + 1) as f32; N];
+//!         let mut comm: NcclComm = std::ptr::null_mut();
+//!         // SAFETY: buf holds N floats; comm is valid for writes; both ranks join inside one group.
+//!         unsafe {
+//!             check_cuda(api.cuMemcpyHtoD_v2(buf as u64, host.as_ptr().cast(), N * 4), "cuMemcpyHtoD")?;
+//!             check_nccl(ncclCommInitRank(&mut comm, 2, id, dev), "ncclCommInitRank")?;
+//!         }
+//!         ranks.push((comm, stream, buf));
 //!     }
+//!     check_nccl(unsafe { ncclGroupEnd() }, "ncclGroupEnd")?;
+//!     // SAFETY: each buffer holds N floats on its communicator's device; each stream belongs to it.
+//!     unsafe {
+//!         check_nccl(ncclGroupStart(), "ncclGroupStart")?;
+//!         for &(comm, stream, buf) in &ranks {
+//!             let r = ncclAllReduce(buf, buf, N, NcclDataType::ncclFloat32, NcclRedOp::ncclSum, comm, stream);
+//!             check_nccl(r, "ncclAllReduce")?;
+//!         }
+//!         check_nccl(ncclGroupEnd(), "ncclGroupEnd")?;
+//!     }
+//!     for (comm, stream, buf) in ranks {
+//!         let mut out = vec![0f32; N];
+//!         // SAFETY: the handles are live until destroyed here, once; the copy reads N floats.
+//!         unsafe {
+//!             sync_stream(stream)?;
+//!             check_cuda(api.cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), buf as u64, N * 4), "cuMemcpyDtoH")?;
+//!             nccl_mem_free(buf)?;
+//!             check_nccl(ncclCommDestroy(comm), "ncclCommDestroy")?;
+//!             destroy_stream(stream)?;
+//!         }
+//!         assert!(out.iter().all(|&x| x == 3.0), "1 + 2 everywhere");
+//!     }
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Non-blocking communicators, with a deadline
+//! With `blocking = 0`, init and collectives may return `ncclInProgress`; [`watchdog`] waits for them with
+//! a deadline and aborts the communicator instead of hanging when a peer dies or never arrives.
+//! ```no_run
+//! use metrale_gpu_sys::{nccl::*, watchdog};
+//! use std::time::Duration;
+//!
+//! fn init(id: NcclUniqueId, nranks: i32, rank: i32) -> Result<NcclComm, Box<dyn std::error::Error>> {
+//!     let mut config = NcclConfig { blocking: 0, ..NcclConfig::default() };
+//!     let mut comm: NcclComm = std::ptr::null_mut();
+//!     // SAFETY: comm and config are valid for the call.
+//!     let r = unsafe { ncclCommInitRankConfig(&mut comm, nranks, id, rank, &mut config) };
+//!     if r != NcclResult::ncclInProgress {
+//!         check_nccl(r, "ncclCommInitRankConfig")?;
+//!     }
+//!     // SAFETY: comm is the handle the non-blocking init returned; after an Err it is aborted, unused.
+//!     unsafe { watchdog::wait_comm_ready(comm, Duration::from_secs(60))? };
+//!     Ok(comm)
+//! }
+//!
+//! /// All-reduce in place, then wait for it: an error or 30 s without progress aborts `comm`.
+//! fn all_reduce(comm: NcclComm, stream: CUstream, buf: *mut std::ffi::c_void, n: usize) -> Result<(), Box<dyn std::error::Error>> {
+//!     // SAFETY: buf holds n floats on comm's device and stream belongs to it.
+//!     let r = unsafe { ncclAllReduce(buf, buf, n, NcclDataType::ncclFloat32, NcclRedOp::ncclSum, comm, stream) };
+//!     if r != NcclResult::ncclInProgress {
+//!         check_nccl(r, "ncclAllReduce")?;
+//!     }
+//!     // SAFETY: comm and stream are live; after an Err the communicator has been aborted.
+//!     unsafe { watchdog::wait_stream(comm, stream, Duration::from_secs(30))? };
+//!     Ok(())
 //! }
 //! ```
 #![warn(missing_docs)]
