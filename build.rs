@@ -26,7 +26,7 @@ fn main() {
 fn run() -> Result<(), String> {
     let manifest_dir = PathBuf::from(required("CARGO_MANIFEST_DIR")?);
     let out_dir = PathBuf::from(required("OUT_DIR")?);
-    for input in ["build.rs", "build", "wrapper.h", "shim"] {
+    for input in ["build.rs", "build", "wrapper.h", "shim", "src/snapshot"] {
         println!("cargo:rerun-if-changed={input}");
     }
 
@@ -118,9 +118,10 @@ fn required(name: &str) -> Result<std::ffi::OsString, String> {
 
 /// bindgen panics when it cannot load libclang; that becomes the same kind of message as any other failure.
 fn generate_bindings(inputs: &bindings::Inputs) -> Result<(), String> {
+    let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let result = std::panic::catch_unwind(|| bindings::generate(inputs));
-    let _ = std::panic::take_hook();
+    std::panic::set_hook(previous);
     result.unwrap_or_else(|panic| {
         let why = panic
             .downcast_ref::<String>()
@@ -223,7 +224,8 @@ impl find::Host for BuildHost {
     }
 
     fn pkg_config_cuda_names(&self) -> Vec<String> {
-        env::var("PKG_CONFIG_PATH");
+        // Declared, so that a new .pc directory reruns the build; pkg-config itself reads it.
+        let _ = env::var("PKG_CONFIG_PATH");
         let Ok(out) = std::process::Command::new("pkg-config")
             .arg("--list-package-names")
             .output()

@@ -19,7 +19,6 @@ const DRIVER_FUNCTIONS: &[&str] = &[
     "cuDevicePrimaryCtxRetain",
     "cuCtxSetCurrent",
     "cuCtxGetCurrent",
-    "cuCtxSynchronize",
     "cuStreamCreate",
     "cuStreamDestroy_v2",
     "cuStreamQuery",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the folder ci/bench filled (.gpu-build/bench/): compiles the C twin there
 # against the machine's NCCL, then runs the C twin and the Rust example (built by ci/bench) interleaved,
-# collective by collective, and prints the side-by-side tables (tools/bench_table.py).
+# collective by collective, and prints the side-by-side tables (ci/bench_table.py).
 #
 # Usage: bench-run.sh LOG_DIR       every output is kept in LOG_DIR (e.g. "$OUT/bench" on the device tool)
 #

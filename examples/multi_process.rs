@@ -98,17 +98,14 @@ fn parse_args() -> Result<Args, String> {
 
 fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
     metrale_gpu_sys::version::check_library_version()?;
-    let (id, server) = if args.rank == 0 {
+    // Rank 0 hands the id to every other rank before it joins: the others wait in init until it does, and
+    // a failed rendezvous is reported here rather than as a hang inside init.
+    let id = if args.rank == 0 {
         let id = NcclUniqueId::new()?;
-        let (master, world, bytes) = (args.master.clone(), args.world_size, id.to_bytes());
-        // Serve in the background: rank 0 must also join the communicator.
-        let server = std::thread::spawn(move || rendezvous::serve(&master, world, &bytes, TIMEOUT));
-        (id, Some(server))
+        rendezvous::serve(&args.master, args.world_size, &id.to_bytes(), TIMEOUT)?;
+        id
     } else {
-        (
-            NcclUniqueId::from_bytes(rendezvous::fetch(&args.master, args.rank, TIMEOUT)?),
-            None,
-        )
+        NcclUniqueId::from_bytes(rendezvous::fetch(&args.master, args.rank, TIMEOUT)?)
     };
 
     let stream = create_stream(args.local_rank)?;
@@ -130,11 +127,6 @@ fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
         },
         "ncclCommInitRankConfig",
     )?;
-    if let Some(server) = server {
-        server
-            .join()
-            .map_err(|_| "the rendezvous thread panicked")??;
-    }
 
     let api = cuda::driver("multi_process")?;
     let mut buf: CUdeviceptr = 0;

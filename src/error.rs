@@ -18,7 +18,8 @@ pub enum GpuError {
         code: ncclResult_t,
         /// `ncclGetErrorString(code)`.
         text: String,
-        /// `ncclGetLastError(NULL)`: NCCL's detailed message for the last error it recorded (process-wide).
+        /// `ncclGetLastError(NULL)`: NCCL's detailed message for the last error it recorded. NCCL keeps one
+        /// message per process, so with several threads it may describe another call's failure.
         last_error: Option<String>,
     },
     /// A CUDA driver call returned something other than `CUDA_SUCCESS`.
@@ -123,7 +124,10 @@ pub fn check_nccl(result: ncclResult_t, context: &str) -> Result<(), GpuError> {
 #[cold]
 #[inline(never)]
 fn nccl_error(result: ncclResult_t, context: &str) -> GpuError {
-    // SAFETY: both return NULL or a pointer to a static, NUL-terminated string; any code is accepted.
+    // SAFETY: ncclGetErrorString returns a static string for any code; ncclGetLastError returns NCCL's
+    // process-wide, NUL-terminated message buffer, which lives as long as the library. Another thread's
+    // failure may rewrite that buffer while it is copied (the text may then be torn or another call's:
+    // `last_error`'s doc says so); the buffer stays terminated, so the copy stays in bounds.
     let (text, last) = unsafe {
         (
             c_text(ncclGetErrorString(result)),

@@ -77,8 +77,12 @@
 //!     let mut comm: NcclComm = std::ptr::null_mut();
 //!     // SAFETY: comm and config are valid for the call.
 //!     let r = unsafe { ncclCommInitRankConfig(&mut comm, nranks, id, rank, &mut config) };
-//!     if r != NcclResult::ncclInProgress {
-//!         check_nccl(r, "ncclCommInitRankConfig")?;
+//!     if let (false, Err(e)) = (r == NcclResult::ncclInProgress, check_nccl(r, "ncclCommInitRankConfig")) {
+//!         if !comm.is_null() {
+//!             // SAFETY: the handle the failed init returned, aborted once and never used again.
+//!             unsafe { ncclCommAbort(comm) };
+//!         }
+//!         return Err(e.into());
 //!     }
 //!     // SAFETY: comm is the handle the non-blocking init returned; after an Err it is aborted, unused.
 //!     unsafe { watchdog::wait_comm_ready(comm, Duration::from_secs(60))? };

@@ -23,6 +23,8 @@ pub fn nccl_mem_alloc(device: i32, size: usize) -> Result<*mut c_void, GpuError>
 /// `ptr` came from [`nccl_mem_alloc`] (or `ncclMemAlloc`), is freed once, and no queued or running GPU
 /// work still uses it.
 pub unsafe fn nccl_mem_free(ptr: *mut c_void) -> Result<(), GpuError> {
+    // Like every helper, say plainly when there is no driver (NCCL would report a CUDA error instead).
+    crate::cuda::driver("nccl_mem_free")?;
     // SAFETY: guaranteed by the caller.
     check_nccl(unsafe { ncclMemFree(ptr) }, "ncclMemFree")
 }

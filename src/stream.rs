@@ -28,7 +28,9 @@ pub fn create_stream(device: i32) -> Result<CUstream, GpuError> {
 /// Destroys a stream from [`create_stream`]; work already queued on it still completes.
 ///
 /// # Safety
-/// The handles are live (see the module's contract).
+/// Every handle passed came from the matching `create_*` helper (or the driver), has not been destroyed,
+/// and is not destroyed by another thread during the call. (A null `CUstream` is the legacy default
+/// stream, which the driver accepts.)
 #[inline]
 pub unsafe fn destroy_stream(stream: CUstream) -> Result<(), GpuError> {
     let api = driver("destroy_stream")?;
@@ -49,7 +51,9 @@ pub fn create_event(device: i32) -> Result<CUevent, GpuError> {
 /// Destroys an event from [`create_event`].
 ///
 /// # Safety
-/// The handles are live (see the module's contract).
+/// Every handle passed came from the matching `create_*` helper (or the driver), has not been destroyed,
+/// and is not destroyed by another thread during the call. (A null `CUstream` is the legacy default
+/// stream, which the driver accepts.)
 #[inline]
 pub unsafe fn destroy_event(event: CUevent) -> Result<(), GpuError> {
     let api = driver("destroy_event")?;
@@ -60,7 +64,9 @@ pub unsafe fn destroy_event(event: CUevent) -> Result<(), GpuError> {
 /// Records `event` at the current end of `stream`'s work.
 ///
 /// # Safety
-/// The handles are live (see the module's contract).
+/// Every handle passed came from the matching `create_*` helper (or the driver), has not been destroyed,
+/// and is not destroyed by another thread during the call. (A null `CUstream` is the legacy default
+/// stream, which the driver accepts.)
 #[inline]
 pub unsafe fn record_event(event: CUevent, stream: CUstream) -> Result<(), GpuError> {
     let api = driver("record_event")?;
@@ -72,7 +78,9 @@ pub unsafe fn record_event(event: CUevent, stream: CUstream) -> Result<(), GpuEr
 /// blocking the host.
 ///
 /// # Safety
-/// The handles are live (see the module's contract).
+/// Every handle passed came from the matching `create_*` helper (or the driver), has not been destroyed,
+/// and is not destroyed by another thread during the call. (A null `CUstream` is the legacy default
+/// stream, which the driver accepts.)
 #[inline]
 pub unsafe fn stream_wait_event(stream: CUstream, event: CUevent) -> Result<(), GpuError> {
     let api = driver("stream_wait_event")?;
@@ -86,7 +94,9 @@ pub unsafe fn stream_wait_event(stream: CUstream, event: CUevent) -> Result<(), 
 /// Blocks until all work queued on `stream` has completed, returning the first error it raised.
 ///
 /// # Safety
-/// The handles are live (see the module's contract).
+/// Every handle passed came from the matching `create_*` helper (or the driver), has not been destroyed,
+/// and is not destroyed by another thread during the call. (A null `CUstream` is the legacy default
+/// stream, which the driver accepts.)
 #[inline]
 pub unsafe fn sync_stream(stream: CUstream) -> Result<(), GpuError> {
     let api = driver("sync_stream")?;
@@ -101,7 +111,9 @@ pub unsafe fn sync_stream(stream: CUstream) -> Result<(), GpuError> {
 /// (`CUDA_ERROR_NOT_READY`, 600), an error otherwise.
 ///
 /// # Safety
-/// The handles are live (see the module's contract).
+/// Every handle passed came from the matching `create_*` helper (or the driver), has not been destroyed,
+/// and is not destroyed by another thread during the call. (A null `CUstream` is the legacy default
+/// stream, which the driver accepts.)
 #[inline]
 pub unsafe fn stream_ready(stream: CUstream) -> Result<bool, GpuError> {
     let api = driver("stream_ready")?;

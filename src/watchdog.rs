@@ -5,11 +5,14 @@
 //!
 //! This is what PyTorch's ProcessGroupNCCL watchdog does: a thread polls each work item's CUDA event and
 //! `ncclCommGetAsyncError`; on an error or after `timeout` it calls `ncclCommAbort` and tears the process
-//! group down. Here the caller's own thread polls (run it on a thread of yours to get a watchdog thread),
-//! and the communicator is aborted (its handle is dead afterwards) rather than the process.
+//! group down. Here the thread that owns the communicator polls, and aborts the communicator (its handle is
+//! dead afterwards) rather than the process. Only that thread may use the handle: a wait running on another
+//! thread while the owner issues collectives, or an `ncclCommAbort` from another thread during a wait,
+//! would use a freed communicator. (Aborting from another thread is sound while the owner waits in a call
+//! that does not touch the communicator, such as `sync_stream`: the fault suite does exactly that.)
 //!
-//! Polling backs off from a few microseconds to [`MAX_POLL_INTERVAL`], so a long wait costs a few wake-ups
-//! per millisecond at most, not a core.
+//! Polling backs off from a few microseconds to [`MAX_POLL_INTERVAL`], so a long wait wakes up at most once
+//! per 2 ms: it does not hold a core.
 
 use std::time::{Duration, Instant};
 
@@ -19,7 +22,8 @@ use crate::error::{check_nccl, GpuError};
 /// The longest sleep between two polls.
 pub const MAX_POLL_INTERVAL: Duration = Duration::from_millis(2);
 
-/// Why a wait gave up. Every failure has aborted the communicator.
+/// Why a wait gave up. Every failure has called `ncclCommAbort` on the communicator (`abort_error` says
+/// whether that failed too). Remote errors are `Failed` with `ncclRemoteError`: see [`WaitError::is_remote`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WaitError {
@@ -27,7 +31,7 @@ pub enum WaitError {
     Timeout {
         /// What was waited for.
         context: String,
-        /// How long the wait lasted.
+        /// How long the wait lasted, the abort included.
         waited: Duration,
         /// The error `ncclCommAbort` itself returned, if any.
         abort_error: Option<Box<GpuError>>,
@@ -122,7 +126,8 @@ pub fn wait_until(
             let abort_error = watched.abort().err().map(Box::new);
             return Err(WaitError::Timeout {
                 context: context.to_string(),
-                waited,
+                // Until the communicator is aborted: the bound a caller sees.
+                waited: start.elapsed(),
                 abort_error,
             });
         }

@@ -108,3 +108,21 @@ fn nobody_there_times_out_within_the_bound() {
         "{err}"
     );
 }
+
+#[test]
+fn rank_0_listens_on_every_interface_whatever_master_addr_resolves_to() {
+    // A free port; rank 0 is given a MASTER_ADDR it need not be able to bind (here: not even resolvable).
+    let port = listener().0.local_addr().expect("addr").port();
+    let id: [u8; ID_BYTES] = std::array::from_fn(|i| i as u8);
+    let master = format!("rank0.invalid:{port}");
+    let server =
+        std::thread::spawn(move || rendezvous::serve(&master, 2, &id, Duration::from_secs(20)));
+    assert_eq!(
+        fetch(&format!("127.0.0.1:{port}"), 1, Duration::from_secs(20)),
+        Ok(id)
+    );
+    assert_eq!(server.join().expect("server thread"), Ok(()));
+    let err =
+        rendezvous::serve("no-port-here", 2, &id, Duration::from_secs(1)).expect_err("no port");
+    assert!(err.contains("has no port"), "{err}");
+}

@@ -3,9 +3,19 @@
 
 use metrale_gpu_sys::version::build_info::PINNED_NCCL as PINNED;
 use metrale_gpu_sys::version::NcclVersion;
+use metrale_gpu_sys::CUDA_VERSION;
 
 #[test]
 fn the_snapshot_is_what_bindgen_generates_from_the_pinned_headers() {
+    // The snapshot was generated from the pinned NCCL with ci/setup's CUDA headers (and libclang 14);
+    // other headers generate other bindings by design.
+    let snapshot_cuda = format!("pub const CUDA_VERSION: u32 = {CUDA_VERSION};");
+    if !include_str!("../src/snapshot/bindings.rs").contains(&snapshot_cuda) {
+        eprintln!(
+            "built against CUDA {CUDA_VERSION} headers, not the snapshot's: nothing to compare"
+        );
+        return;
+    }
     if NcclVersion::HEADERS.to_string() != PINNED {
         eprintln!("built against NCCL {} headers, not the pinned {PINNED}: the snapshot is the pinned one's", NcclVersion::HEADERS);
         return;

@@ -1,6 +1,7 @@
 //! Hands rank 0's `ncclUniqueId` to the other ranks over TCP: the out-of-band step every multi-process NCCL
-//! program needs (torchrun uses its store; MPI programs `MPI_Bcast`). Rank 0 listens on
-//! `MASTER_ADDR:MASTER_PORT`; each other rank connects, says who it is, and reads the id.
+//! program needs (torchrun uses its store; MPI programs `MPI_Bcast`). Rank 0 listens on `MASTER_PORT` on
+//! every interface (as torchrun does: `MASTER_ADDR` may resolve to a loopback address on rank 0's own
+//! host); each other rank connects to `MASTER_ADDR:MASTER_PORT`, says who it is, and reads the id.
 //!
 //! Wire format: the client sends `MGS1` and its rank (u32 LE); rank 0 answers `MGS1` and the id's bytes.
 
@@ -10,17 +11,22 @@ use std::time::{Duration, Instant};
 
 const MAGIC: &[u8; 4] = b"MGS1";
 /// The id's size, `NCCL_UNIQUE_ID_BYTES`.
-pub const ID_BYTES: usize = 128;
+pub const ID_BYTES: usize = metrale_gpu_sys::nccl::ncclUniqueId::BYTES;
 
-/// Rank 0: serves `id` to `world_size - 1` ranks on `addr`, within `timeout`.
+/// Rank 0: serves `id` to `world_size - 1` ranks on the port of `addr` (`host:port`), on every interface,
+/// within `timeout`.
 pub fn serve(
     addr: &str,
     world_size: u32,
     id: &[u8; ID_BYTES],
     timeout: Duration,
 ) -> Result<(), String> {
-    let listener =
-        TcpListener::bind(addr).map_err(|e| format!("rank 0 cannot listen on {addr}: {e}"))?;
+    let port = addr
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse::<u16>().ok())
+        .ok_or_else(|| format!("MASTER_ADDR:MASTER_PORT '{addr}' has no port"))?;
+    let listener = TcpListener::bind(("0.0.0.0", port))
+        .map_err(|e| format!("rank 0 cannot listen on port {port}: {e}"))?;
     serve_on(listener, world_size, id, timeout)
 }
 
