@@ -42,6 +42,12 @@ fn run() -> Result<(), String> {
 
     let places = find::Places::new(&manifest_dir, &pinned_nccl());
     let found = find::find(&BuildHost, &places)?;
+    for skipped in &found.passed_over {
+        println!(
+            "cargo:warning=metrale-gpu-sys passed over {skipped}; using {}",
+            found.nccl_step
+        );
+    }
     let nccl = header::nccl_version(&found.nccl_include.join("nccl.h"))?;
     let cuda = header::cuda_version(&found.cuda_include[0].join("cuda.h"))?;
 

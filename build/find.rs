@@ -59,6 +59,9 @@ pub struct Found {
     pub cuda_include: Vec<PathBuf>,
     pub nccl_step: String,
     pub cuda_step: String,
+    /// Places a variable named outright that were passed over (no header, or a header without its
+    /// library): worth a warning, since the person who set the variable meant it.
+    pub passed_over: Vec<String>,
 }
 
 /// Runs every step in order; on failure, the whole message for the person at the keyboard.
@@ -78,12 +81,24 @@ pub fn find(host: &dyn Host, places: &Places) -> Result<Found, String> {
             cuda_include,
             nccl_step,
             cuda_step,
+            passed_over: passed_over(&tried)
+                .chain(passed_over(&cuda_tried))
+                .collect(),
         }),
         (nccl, cuda) => Err(not_found_message(
             nccl.err().map(|what| (what, tried)),
             cuda.err().map(|what| (what, cuda_tried)),
         )),
     }
+}
+
+/// The notes of steps that a set variable named and that did not serve.
+fn passed_over(tried: &str) -> impl Iterator<Item = String> + '_ {
+    tried
+        .lines()
+        .map(|l| l.trim_start_matches(['-', ' ']))
+        .filter(|l| (l.starts_with("NCCL_") || l.starts_with("CUDA_")) && !l.ends_with(": not set"))
+        .map(String::from)
 }
 
 type NcclHit = (PathBuf, PathBuf, String, String);

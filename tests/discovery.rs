@@ -268,3 +268,25 @@ fn a_header_without_its_library_is_not_taken() {
         "CUDA was found: {msg}"
     );
 }
+
+#[test]
+fn a_variable_that_names_no_installation_is_passed_over_with_a_warning() {
+    let dir = scratch("passed");
+    let places = empty_places(&dir);
+    nccl_root(&places.setup_nccl, "lib", "libnccl.so.2");
+    cuda_root(&places.setup_cuda);
+    let mut host = Fake::default();
+    host.vars.insert("NCCL_HOME", dir.join("typo"));
+    let found = find(&host, &places).expect("ci/setup's folder");
+    assert_eq!(found.nccl_step, "ci/setup's folder");
+    assert_eq!(
+        found.passed_over,
+        vec![format!(
+            "NCCL_HOME={}: no nccl.h in {}",
+            dir.join("typo").display(),
+            dir.join("typo/include").display()
+        )]
+    );
+    host.vars.clear();
+    assert!(find(&host, &places).expect("found").passed_over.is_empty());
+}
