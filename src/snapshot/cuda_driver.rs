@@ -21,7 +21,6 @@ pub struct DriverApi {
         unsafe extern "C" fn(pctx: *mut CUcontext, dev: CUdevice) -> CUresult,
     pub cuCtxSetCurrent: unsafe extern "C" fn(ctx: CUcontext) -> CUresult,
     pub cuCtxGetCurrent: unsafe extern "C" fn(pctx: *mut CUcontext) -> CUresult,
-    pub cuCtxSynchronize: unsafe extern "C" fn() -> CUresult,
     pub cuMemGetInfo_v2: unsafe extern "C" fn(free: *mut usize, total: *mut usize) -> CUresult,
     pub cuMemAlloc_v2: unsafe extern "C" fn(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult,
     pub cuMemFree_v2: unsafe extern "C" fn(dptr: CUdeviceptr) -> CUresult,
@@ -119,7 +118,6 @@ impl DriverApi {
             .map(|sym| *sym)?;
         let cuCtxSetCurrent = __library.get(b"cuCtxSetCurrent\0").map(|sym| *sym)?;
         let cuCtxGetCurrent = __library.get(b"cuCtxGetCurrent\0").map(|sym| *sym)?;
-        let cuCtxSynchronize = __library.get(b"cuCtxSynchronize\0").map(|sym| *sym)?;
         let cuMemGetInfo_v2 = __library.get(b"cuMemGetInfo_v2\0").map(|sym| *sym)?;
         let cuMemAlloc_v2 = __library.get(b"cuMemAlloc_v2\0").map(|sym| *sym)?;
         let cuMemFree_v2 = __library.get(b"cuMemFree_v2\0").map(|sym| *sym)?;
@@ -162,7 +160,6 @@ impl DriverApi {
             cuDevicePrimaryCtxRetain,
             cuCtxSetCurrent,
             cuCtxGetCurrent,
-            cuCtxSynchronize,
             cuMemGetInfo_v2,
             cuMemAlloc_v2,
             cuMemFree_v2,
@@ -237,9 +234,6 @@ impl DriverApi {
     }
     pub unsafe fn cuCtxGetCurrent(&self, pctx: *mut CUcontext) -> CUresult {
         (self.cuCtxGetCurrent)(pctx)
-    }
-    pub unsafe fn cuCtxSynchronize(&self) -> CUresult {
-        (self.cuCtxSynchronize)()
     }
     pub unsafe fn cuMemGetInfo_v2(&self, free: *mut usize, total: *mut usize) -> CUresult {
         (self.cuMemGetInfo_v2)(free, total)
