@@ -11,6 +11,15 @@ pub struct NcclVersion {
 }
 
 impl NcclVersion {
+    /// The version from its three parts, `NCCL_MAJOR`, `NCCL_MINOR` and `NCCL_PATCH`, as `field` reads them.
+    fn read(field: impl Fn(&str) -> Result<u32, String>) -> Result<NcclVersion, String> {
+        Ok(NcclVersion {
+            major: field("NCCL_MAJOR")?,
+            minor: field("NCCL_MINOR")?,
+            patch: field("NCCL_PATCH")?,
+        })
+    }
+
     /// `NCCL_VERSION(major, minor, patch)` as nccl.h computes it (the encoding changed after 2.8).
     pub fn code(self) -> u32 {
         if self.major <= 2 && self.minor <= 8 {
@@ -38,11 +47,7 @@ pub fn nccl_version(nccl_h: &Path) -> Result<NcclVersion, String> {
             )
         })
     };
-    Ok(NcclVersion {
-        major: field("NCCL_MAJOR")?,
-        minor: field("NCCL_MINOR")?,
-        patch: field("NCCL_PATCH")?,
-    })
+    NcclVersion::read(field)
 }
 
 /// `CUDA_VERSION` from `cuda.h` (e.g. 13000 for 13.0).
@@ -79,10 +84,5 @@ pub fn snapshot_versions(bindings: &Path) -> Result<(NcclVersion, u32), String> 
                 )
             })
     };
-    let nccl = NcclVersion {
-        major: field("NCCL_MAJOR")?,
-        minor: field("NCCL_MINOR")?,
-        patch: field("NCCL_PATCH")?,
-    };
-    Ok((nccl, field("CUDA_VERSION")?))
+    Ok((NcclVersion::read(field)?, field("CUDA_VERSION")?))
 }
