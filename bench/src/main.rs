@@ -1,23 +1,21 @@
 //! nccl-tests, reproduced through this crate: `all_reduce`, `all_gather`, `reduce_scatter`, `broadcast`,
 //! `reduce`, `alltoall` and `sendrecv` over the GPUs of one process, with nccl-tests' options, columns and
 //! bus-bandwidth formulas, a real check of every output element, and a CUDA-graph mode. `--helpers` times
-//! the crate's checked helpers instead. `benches/c/perf_twin.c` is the same program in C, the reference
-//! this one is held to; `ci/bench` builds both for the GPU machine and `ci/bench-run.sh` runs them.
+//! the crate's checked helpers instead. `c/perf_twin.c` is the same program in C, the reference this one
+//! is held to; `stage` builds both for a GPU host and `run.sh` runs them there beside NVIDIA's nccl-tests
+//! (README.md in this folder).
 //!
 //! ```text
-//! cargo run --release --example perf -- all_reduce -b 8 -e 4G -f 4 -g 2 -w 5 -n 20
-//! cargo run --release --example perf -- all_reduce -b 8 -e 64K -f 4 -g 2 -n 100 -G 10
-//! cargo run --release --example perf -- --helpers
+//! cargo run --release -p metrale-gpu-bench -- all_reduce -b 8 -e 4G -f 4 -g 2 -w 5 -n 20
+//! cargo run --release -p metrale-gpu-bench -- all_reduce -b 8 -e 64K -f 4 -g 2 -n 100 -G 20 -R 2
+//! cargo run --release -p metrale-gpu-bench -- --helpers
 //! ```
 
-#[path = "perf/args.rs"]
 mod args;
-#[path = "perf/coll.rs"]
 mod coll;
-#[path = "perf/data.rs"]
 mod data;
-#[path = "perf/helpers.rs"]
 mod helpers;
+mod register;
 
 use std::error::Error;
 use std::io::{IsTerminal, Write};
@@ -30,9 +28,10 @@ use metrale_gpu_sys::cuda::{
 use metrale_gpu_sys::nccl::*;
 use metrale_gpu_sys::version;
 
-use args::{Coll, Command, DType, Op, Options};
+use args::{Coll, Command, DType, Op, Options, Register};
 use coll::Counts;
 use data::{with_elem, Elem};
+use register::Handle;
 
 /// Elements per host-side chunk of the check (64 MiB of the largest type).
 const CHUNK_BYTES: usize = 64 << 20;
@@ -69,7 +68,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// One GPU of the process: its communicator, stream, timing events and the two buffers.
+/// One GPU of the process: its communicator, stream, timing events, the two buffers (`ncclMemAlloc`) and
+/// their registrations (`-R`).
 struct Gpu {
     device: i32,
     comm: NcclComm,
@@ -78,11 +78,12 @@ struct Gpu {
     stop: CUevent,
     send: CUdeviceptr,
     recv: CUdeviceptr,
+    registered: Vec<Handle>,
 }
 
-/// All GPUs, released (best effort) when dropped, also on an error path.
+/// All GPUs, released (best effort) when dropped, also on an error path: registrations first, then the
+/// communicators, then the memory, in nccl-tests' order.
 struct Gpus {
-    api: &'static DriverApi,
     list: Vec<Gpu>,
 }
 
@@ -90,10 +91,14 @@ impl Drop for Gpus {
     fn drop(&mut self) {
         for g in &self.list {
             // SAFETY: every handle is null/0 or live and owned here; the stream is drained before anything
-            // it uses is freed, and nothing uses them afterwards. Failures are ignored: the process ends.
+            // it uses is released, each registration is released once with its own communicator before that
+            // communicator, and nothing uses any of them afterwards. Failures are ignored: the process ends.
             unsafe {
                 if !g.stream.is_null() {
                     let _ = sync_stream(g.stream);
+                }
+                for handle in &g.registered {
+                    let _ = register::deregister(g.comm, handle);
                 }
                 if !g.comm.is_null() {
                     let _ = ncclCommDestroy(g.comm);
@@ -106,9 +111,10 @@ impl Drop for Gpus {
                 if !g.stream.is_null() {
                     let _ = destroy_stream(g.stream);
                 }
+                let _ = cuda::use_device(g.device, "ncclMemFree");
                 for ptr in [g.send, g.recv] {
                     if ptr != 0 {
-                        let _ = self.api.cuMemFree_v2(ptr);
+                        let _ = nccl_mem_free(ptr as *mut c_void);
                     }
                 }
             }
@@ -146,6 +152,34 @@ struct Bench<'a> {
     dtype: NcclDataType,
     op: NcclRedOp,
     elem: usize,
+    /// The size of each buffer.
+    buffer_bytes: usize,
+}
+
+/// `-R`: registers both buffers of every GPU with its communicator, in one group for all GPUs, as
+/// nccl-tests does.
+fn register_all(gpus: &mut Gpus, mode: Register, bytes: usize) -> Result<(), GpuError> {
+    if mode == Register::Off {
+        return Ok(());
+    }
+    // SAFETY: no preconditions.
+    check_nccl(unsafe { ncclGroupStart() }, "ncclGroupStart")?;
+    let mut registered = Ok(());
+    for g in &mut gpus.list {
+        registered = registered.and_then(|()| cuda::use_device(g.device, "register").map(drop));
+        for ptr in [g.send, g.recv] {
+            // SAFETY: the communicator is live; ptr is an ncclMemAlloc allocation of `bytes` bytes on its
+            // device, freed only after the registration is released (Gpus::drop).
+            match unsafe { register::register(mode, g.comm, ptr as *mut c_void, bytes) } {
+                Ok(Some(handle)) => g.registered.push(handle),
+                Ok(None) => {}
+                Err(e) => registered = registered.and(Err(e)),
+            }
+        }
+    }
+    // SAFETY: closes the group opened above, whatever happened inside it.
+    let ended = check_nccl(unsafe { ncclGroupEnd() }, "ncclGroupEnd");
+    registered.and(ended)
 }
 
 fn nccl_dtype(t: DType) -> NcclDataType {
@@ -201,10 +235,8 @@ fn run(o: &Options) -> Result<u64, Box<dyn Error>> {
     let api = cuda::driver("perf")?;
     let mut available = 0;
     // SAFETY: writes one int through a valid pointer.
-    check_cuda(
-        unsafe { api.cuDeviceGetCount(&mut available) },
-        "cuDeviceGetCount",
-    )?;
+    let r = unsafe { api.cuDeviceGetCount(&mut available) };
+    check_cuda(r, "cuDeviceGetCount")?;
     if (available as usize) < o.gpus {
         return Err(format!(
             "-g {} asks for more GPUs than the {available} this process sees",
@@ -231,6 +263,11 @@ fn run(o: &Options) -> Result<u64, Box<dyn Error>> {
         o.gpus, o.min_bytes, o.max_bytes, o.warmup, o.iters, o.check as i32, o.graph_launches
     );
     println!("# Timing: CUDA events on each GPU's stream around the iterations; the slowest GPU's time / iterations");
+    println!(
+        "# Buffers: {} bytes each, {}",
+        bench.buffer_bytes,
+        o.register.describe()
+    );
     println!("#\n# Using devices");
     for (rank, g) in bench.gpus.list.iter().enumerate() {
         println!(
@@ -330,16 +367,13 @@ fn device_name(api: &DriverApi, ordinal: i32) -> Result<String, GpuError> {
 }
 
 impl<'a> Bench<'a> {
-    /// Buffers of `max_bytes` each (send and receive) on every GPU, a stream and two timing events per
-    /// GPU, then the communicators (`ncclCommInitAll`), as nccl-tests sets up.
+    /// nccl-tests' set-up: a stream and two timing events per GPU, the communicators (`ncclCommInitAll`),
+    /// then two buffers of `max(-e, 256)` bytes per GPU from `ncclMemAlloc`, zeroed, registered as `-R`
+    /// asks.
     fn new(o: &'a Options, api: &'static DriverApi) -> Result<Bench<'a>, GpuError> {
-        let mut gpus = Gpus {
-            api,
-            list: Vec::new(),
-        };
-        let bytes = o.max_bytes.max(256);
+        let mut gpus = Gpus { list: Vec::new() };
         for d in 0..o.gpus as i32 {
-            let mut g = Gpu {
+            gpus.list.push(Gpu {
                 device: d,
                 comm: std::ptr::null_mut(),
                 stream: std::ptr::null_mut(),
@@ -347,37 +381,37 @@ impl<'a> Bench<'a> {
                 stop: std::ptr::null_mut(),
                 send: 0,
                 recv: 0,
-            };
+                registered: Vec::new(),
+            });
+            let g = &mut gpus.list[d as usize];
             g.stream = create_stream(d)?; // makes device d current on this thread
-            gpus.list.push(g);
-            let g = gpus.list.last_mut().expect("just pushed");
-            // SAFETY: device d's context is current; each call writes one handle through a valid pointer.
+                                          // SAFETY: device d's context is current; each call writes one handle through a valid pointer.
             unsafe {
                 check_cuda(api.cuEventCreate(&mut g.start, 0), "cuEventCreate")?;
                 check_cuda(api.cuEventCreate(&mut g.stop, 0), "cuEventCreate")?;
-                check_cuda(api.cuMemAlloc_v2(&mut g.send, bytes), "cuMemAlloc")?;
-                check_cuda(api.cuMemAlloc_v2(&mut g.recv, bytes), "cuMemAlloc")?;
-                check_cuda(
-                    api.cuMemsetD8Async(g.send, 0, bytes, g.stream),
-                    "cuMemsetD8Async",
-                )?;
-                check_cuda(
-                    api.cuMemsetD8Async(g.recv, 0, bytes, g.stream),
-                    "cuMemsetD8Async",
-                )?;
-                sync_stream(g.stream)?;
             }
         }
         let devices: Vec<i32> = (0..o.gpus as i32).collect();
         let mut comms: Vec<NcclComm> = vec![std::ptr::null_mut(); o.gpus];
         // SAFETY: comms has room for o.gpus handles; devices lists as many ordinals.
-        check_nccl(
-            unsafe { ncclCommInitAll(comms.as_mut_ptr(), o.gpus as i32, devices.as_ptr()) },
-            "ncclCommInitAll",
-        )?;
+        let r = unsafe { ncclCommInitAll(comms.as_mut_ptr(), o.gpus as i32, devices.as_ptr()) };
+        check_nccl(r, "ncclCommInitAll")?;
         for (g, comm) in gpus.list.iter_mut().zip(comms) {
             g.comm = comm;
         }
+        let bytes = o.max_bytes.max(256);
+        for g in &mut gpus.list {
+            g.send = nccl_mem_alloc(g.device, bytes)? as CUdeviceptr;
+            g.recv = nccl_mem_alloc(g.device, bytes)? as CUdeviceptr; // leaves g's device current
+            for ptr in [g.send, g.recv] {
+                // SAFETY: ptr holds `bytes` bytes on g's device, which is current; the stream is g's.
+                let r = unsafe { api.cuMemsetD8Async(ptr, 0, bytes, g.stream) };
+                check_cuda(r, "cuMemsetD8Async")?;
+            }
+            // SAFETY: the stream is live.
+            unsafe { sync_stream(g.stream)? };
+        }
+        register_all(&mut gpus, o.register, bytes)?;
         Ok(Bench {
             o,
             api,
@@ -385,6 +419,7 @@ impl<'a> Bench<'a> {
             dtype: nccl_dtype(o.dtype),
             op: nccl_op(o.op),
             elem: o.dtype.size(),
+            buffer_bytes: bytes,
         })
     }
 
@@ -450,7 +485,7 @@ impl<'a> Bench<'a> {
         let (sendp, recvp) = (send as *const c_void, recv as *mut c_void);
         let root = self.o.root as i32;
         let n = self.gpus.list.len();
-        // SAFETY (all calls below): guaranteed by the caller; comm and stream are g's.
+        // SAFETY: guaranteed by the caller (every call below); comm and stream are g's.
         unsafe {
             match self.o.coll {
                 Coll::AllReduce => check_nccl(
@@ -551,10 +586,8 @@ impl<'a> Bench<'a> {
                 for _ in 0..o.graph_launches {
                     for (g, &exec) in self.gpus.list.iter().zip(&execs) {
                         // SAFETY: exec was instantiated from a capture of g's stream and is live.
-                        check_cuda(
-                            unsafe { api.cuGraphLaunch(exec, g.stream) },
-                            "cuGraphLaunch",
-                        )?;
+                        let r = unsafe { api.cuGraphLaunch(exec, g.stream) };
+                        check_cuda(r, "cuGraphLaunch")?;
                     }
                 }
             }
@@ -594,17 +627,11 @@ impl<'a> Bench<'a> {
     /// launches each once untimed so that the timed launches find them uploaded.
     fn capture(&self, s: &Shape, in_place: bool) -> Result<Vec<CUgraphExec>, GpuError> {
         let api = self.api;
+        let mode = cuda::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
         for g in &self.gpus.list {
             // SAFETY: the stream is live and idle.
-            check_cuda(
-                unsafe {
-                    api.cuStreamBeginCapture_v2(
-                        g.stream,
-                        cuda::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-                    )
-                },
-                "cuStreamBeginCapture",
-            )?;
+            let r = unsafe { api.cuStreamBeginCapture_v2(g.stream, mode) };
+            check_cuda(r, "cuStreamBeginCapture")?;
         }
         let captured = (0..self.o.iters).try_for_each(|i| self.launch(s, in_place, i));
         // End every capture, whatever happened during it.
@@ -613,10 +640,8 @@ impl<'a> Bench<'a> {
         for g in &self.gpus.list {
             let mut graph: CUgraph = std::ptr::null_mut();
             // SAFETY: the stream is capturing; writes one handle.
-            let r = check_cuda(
-                unsafe { api.cuStreamEndCapture(g.stream, &mut graph) },
-                "cuStreamEndCapture",
-            );
+            let r = unsafe { api.cuStreamEndCapture(g.stream, &mut graph) };
+            let r = check_cuda(r, "cuStreamEndCapture");
             if !graph.is_null() {
                 graphs.push(graph);
             }
@@ -628,18 +653,14 @@ impl<'a> Bench<'a> {
                 cuda::use_device(g.device, "cuGraphInstantiate")?;
                 let mut exec: CUgraphExec = std::ptr::null_mut();
                 // SAFETY: graph is a live graph from the capture; writes one handle.
-                check_cuda(
-                    unsafe { api.cuGraphInstantiateWithFlags(&mut exec, graph, 0) },
-                    "cuGraphInstantiate",
-                )?;
+                let r = unsafe { api.cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
+                check_cuda(r, "cuGraphInstantiate")?;
                 execs.push(exec);
             }
             for (g, &exec) in self.gpus.list.iter().zip(&execs) {
                 // SAFETY: exec is live; g's stream is the stream it was captured from.
-                check_cuda(
-                    unsafe { api.cuGraphLaunch(exec, g.stream) },
-                    "cuGraphLaunch",
-                )?;
+                let r = unsafe { api.cuGraphLaunch(exec, g.stream) };
+                check_cuda(r, "cuGraphLaunch")?;
             }
             self.sync_all()
         });

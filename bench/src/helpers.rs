@@ -68,14 +68,18 @@ pub fn run(o: &Options) -> Result<(), Box<dyn Error>> {
         o.helper_calls, o.helper_reps
     );
     println!("#       name                      median       min       max  call");
-    // SAFETY (every closure below): stream and event stay live until the end of this function.
-    let drain = || unsafe { sync_stream(stream) };
+    // Every closure below uses `stream` and `event`, which stay live until the end of this function.
+    let drain = || {
+        // SAFETY: the stream is live.
+        unsafe { sync_stream(stream) }
+    };
     let idle = || Ok(());
     bench(
         o,
         "stream_ready",
         "metrale_gpu_sys::stream_ready (cuStreamQuery)",
         || {
+            // SAFETY: the stream is live.
             unsafe { stream_ready(stream) }.map(|ready| {
                 black_box(ready);
             })
@@ -99,7 +103,9 @@ pub fn run(o: &Options) -> Result<(), Box<dyn Error>> {
         "group_start_end",
         "check_nccl(ncclGroupStart()) + check_nccl(ncclGroupEnd())",
         || {
+            // SAFETY: no preconditions.
             check_nccl(unsafe { ncclGroupStart() }, "ncclGroupStart")?;
+            // SAFETY: closes the group opened on the line above.
             check_nccl(unsafe { ncclGroupEnd() }, "ncclGroupEnd")
         },
         idle,
@@ -108,14 +114,20 @@ pub fn run(o: &Options) -> Result<(), Box<dyn Error>> {
         o,
         "record_event",
         "metrale_gpu_sys::record_event (cuEventRecord)",
-        || unsafe { record_event(event, stream) },
+        || {
+            // SAFETY: event and stream are live and belong to GPU 0.
+            unsafe { record_event(event, stream) }
+        },
         drain,
     )?;
     bench(
         o,
         "stream_wait_event",
         "metrale_gpu_sys::stream_wait_event (cuStreamWaitEvent)",
-        || unsafe { stream_wait_event(stream, event) },
+        || {
+            // SAFETY: event and stream are live; the event was recorded.
+            unsafe { stream_wait_event(stream, event) }
+        },
         drain,
     )?;
     // The same driver calls through the crate's table, without the helper: where any difference comes from.
@@ -130,14 +142,20 @@ pub fn run(o: &Options) -> Result<(), Box<dyn Error>> {
         o,
         "raw_cuStreamQuery",
         "cuda::driver()?.cuStreamQuery",
-        || ok(unsafe { api.cuStreamQuery(stream) }, "cuStreamQuery"),
+        || {
+            // SAFETY: the stream is live.
+            ok(unsafe { api.cuStreamQuery(stream) }, "cuStreamQuery")
+        },
         idle,
     )?;
     bench(
         o,
         "raw_cuEventRecord",
         "cuda::driver()?.cuEventRecord",
-        || ok(unsafe { api.cuEventRecord(event, stream) }, "cuEventRecord"),
+        || {
+            // SAFETY: event and stream are live and belong to GPU 0.
+            ok(unsafe { api.cuEventRecord(event, stream) }, "cuEventRecord")
+        },
         drain,
     )?;
     bench(
@@ -145,10 +163,9 @@ pub fn run(o: &Options) -> Result<(), Box<dyn Error>> {
         "raw_cuStreamWaitEvent",
         "cuda::driver()?.cuStreamWaitEvent",
         || {
-            ok(
-                unsafe { api.cuStreamWaitEvent(stream, event, 0) },
-                "cuStreamWaitEvent",
-            )
+            // SAFETY: event and stream are live; the event was recorded.
+            let r = unsafe { api.cuStreamWaitEvent(stream, event, 0) };
+            ok(r, "cuStreamWaitEvent")
         },
         drain,
     )?;

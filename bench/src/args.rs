@@ -1,5 +1,6 @@
 //! Command-line options, as nccl-tests spells them (`-b 8 -e 4G -f 4 -g 2 -w 5 -n 20 -c 1 -d float -o sum
-//! -r 0 -G 0`), plus the collective's name and `--helpers`. Parsed by hand: the example has no dependencies.
+//! -r 0 -G 0 -R 0`), plus the collective's name and `--helpers`. Parsed by hand: the benchmark has no
+//! dependencies besides the crate.
 
 use std::fmt;
 
@@ -139,6 +140,17 @@ impl Op {
     }
 }
 
+/// `-R`: nccl-tests' buffer registration levels (see `register.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Register {
+    /// `-R 0`: `ncclMemAlloc` buffers, not registered.
+    Off,
+    /// `-R 1`: registered with `ncclCommRegister`.
+    Local,
+    /// `-R 2`: symmetric windows, `ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC)`.
+    Symmetric,
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -157,6 +169,8 @@ pub struct Options {
     pub root: usize,
     /// CUDA graph launches per measurement (`-G`); 0 runs the iterations eagerly.
     pub graph_launches: usize,
+    /// `-R`: how the buffers are registered.
+    pub register: Register,
     /// `--helpers`: the helper micro-benchmark instead of a collective.
     pub helpers: bool,
     pub helper_calls: usize,
@@ -179,6 +193,7 @@ impl Default for Options {
             op: Op::Sum,
             root: 0,
             graph_launches: 0,
+            register: Register::Off,
             helpers: false,
             helper_calls: 100_000,
             helper_reps: 11,
@@ -231,6 +246,9 @@ Options (as nccl-tests; sizes take K, M, G suffixes, powers of 1024):
   -r, --root N               root rank of broadcast and reduce (default 0)
   -G, --cudagraph N          capture the -n iterations in a CUDA graph per GPU and time N launches of it
                              (default 0: eager)
+  -R, --local_register 0|1|2 the buffers (always from ncclMemAlloc, as nccl-tests allocates them): 0 not
+                             registered, 1 ncclCommRegister, 2 symmetric windows (ncclCommWindowRegister
+                             with NCCL_WIN_COLL_SYMMETRIC); as nccl-tests' -R (default 0)
       --helpers              instead: ns per call of the crate's helpers (stream_ready, record_event,
                              stream_wait_event, check_nccl, an empty ncclGroupStart/End) on GPU 0
       --calls N              calls per repetition of --helpers (default 100000)
@@ -265,6 +283,17 @@ pub fn parse_size(text: &str) -> Result<usize, UsageError> {
 fn parse_count(name: &str, text: &str) -> Result<usize, UsageError> {
     text.parse()
         .map_err(|_| UsageError(format!("{name}: not a count: '{text}'")))
+}
+
+fn parse_register(text: &str) -> Result<Register, UsageError> {
+    match text {
+        "0" => Ok(Register::Off),
+        "1" => Ok(Register::Local),
+        "2" => Ok(Register::Symmetric),
+        _ => Err(UsageError(format!(
+            "-R: '{text}' is not 0 (not registered), 1 (ncclCommRegister) or 2 (symmetric windows)"
+        ))),
+    }
 }
 
 fn lookup<T: Copy>(
@@ -346,6 +375,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             "o" | "op" => o.op = lookup("reduction op", &value, &Op::ALL, Op::name)?,
             "r" | "root" => o.root = parse_count(arg, &value)?,
             "G" | "cudagraph" => o.graph_launches = parse_count(arg, &value)?,
+            "R" | "local_register" => o.register = parse_register(&value)?,
             "calls" => o.helper_calls = parse_count(arg, &value)?,
             "reps" => o.helper_reps = parse_count(arg, &value)?,
             _ => return Err(UsageError(format!("unknown option '{arg}'"))),

@@ -1,16 +1,16 @@
-/* perf_twin: the C reference for examples/perf.rs. The same loop, the same timing, the same check and the
- * same output (nccl-tests' columns), calling NCCL and the CUDA driver API directly, so that the two
- * programs can be run side by side and diffed (ci/bench-run.sh does). --helpers times the direct calls
- * that the crate's helpers wrap (cuStreamQuery, cuEventRecord, cuStreamWaitEvent, a status compare,
- * ncclGroupStart/End).
+/* perf_twin: the C reference for the Rust perf program (bench/src/). The same loop, the same buffers
+ * (ncclMemAlloc, registered as -R asks), the same timing, the same check and the same output (nccl-tests'
+ * columns), calling NCCL and the CUDA driver API directly, so that the two programs can be run side by side
+ * and diffed (bench/run.sh does). --helpers times the direct calls that the crate's helpers wrap
+ * (cuStreamQuery, cuEventRecord, cuStreamWaitEvent, a status compare, ncclGroupStart/End).
  *
- * Plain C11; build (the GPU machine has CUDA 13 in /usr/local/cuda):
- *   gcc -O2 -std=c11 -Wall -Wextra -I/usr/local/cuda/include -I<nccl>/include perf_twin.c \
- *       -L<nccl>/lib -l:libnccl.so.2 -Wl,-rpath,<nccl>/lib -L/usr/local/cuda/lib64/stubs -lcuda -lm -o perf_twin
+ * Plain C11, NCCL 2.27 or newer (symmetric windows); build, with the CUDA toolkit in <cuda>:
+ *   gcc -O2 -std=c11 -Wall -Wextra -I<cuda>/include -I<nccl>/include perf_twin.c \
+ *       -L<nccl>/lib -l:libnccl.so.2 -Wl,-rpath,<nccl>/lib -L<cuda>/lib64/stubs -lcuda -lm -o perf_twin
  * (the stub libcuda.so only satisfies the linker: at run time libcuda.so.1 comes from the driver).
  *
- * Keep in step with examples/perf.rs, examples/perf/{args,coll,data,helpers}.rs: any difference between
- * the two programs other than the language is a bug in the comparison. */
+ * Keep in step with bench/src/{main,args,coll,data,helpers,register}.rs: any difference between the two
+ * programs other than the language is a bug in the comparison. */
 #define _POSIX_C_SOURCE 200809L
 #include <cuda.h>
 #include <getopt.h>
@@ -23,6 +23,10 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 27, 0)
+#error "perf_twin needs NCCL 2.27 or newer (ncclCommWindowRegister), as metrale-gpu-sys does"
+#endif
 
 /* ---------------------------------------------------------------- errors */
 
@@ -90,6 +94,7 @@ struct options {
     int coll;
     size_t min_bytes, max_bytes, step_factor, step_bytes;
     int gpus, warmup, iters, check, dtype, op, root, graph_launches;
+    int local_register; /* -R: 0 off, 1 ncclCommRegister, 2 symmetric windows */
     int helpers;
     size_t helper_calls;
     int helper_reps;
@@ -98,7 +103,7 @@ struct options {
 static void usage(const char *program) {
     printf("C twin of metrale-gpu-sys' examples/perf.rs (nccl-tests' format, one process driving -g GPUs).\n\n"
            "Usage: %s [COLLECTIVE] [-b SIZE] [-e SIZE] [-f N] [-i SIZE] [-g N] [-w N] [-n N] [-c 0|1]\n"
-           "          [-d TYPE] [-o OP] [-r ROOT] [-G N]\n"
+           "          [-d TYPE] [-o OP] [-r ROOT] [-G N] [-R 0|1|2]\n"
            "       %s --helpers [--calls N] [--reps N]\n\n"
            "COLLECTIVE: all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv\n"
            "TYPE: int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16; OP: sum, prod, max,\n"
@@ -134,10 +139,14 @@ static int lookup(const char *what, const char *text, const char **names, int n)
     die("unknown %s '%s'", what, text);
 }
 
+/* Long options without a short form. */
+enum { OPT_HELPERS = 256, OPT_CALLS, OPT_REPS };
+
 static void parse(int argc, char **argv, struct options *o) {
     *o = (struct options){.coll = ALL_REDUCE, .min_bytes = 32 << 20, .max_bytes = 32 << 20, .step_factor = 1,
                           .step_bytes = 1 << 20, .gpus = 1, .warmup = 5, .iters = 20, .check = 1,
-                          .dtype = T_FLOAT, .op = OP_SUM, .root = 0, .graph_launches = 0, .helpers = 0,
+                          .dtype = T_FLOAT, .op = OP_SUM, .root = 0, .graph_launches = 0,
+                          .local_register = 0, .helpers = 0,
                           .helper_calls = 100000, .helper_reps = 11};
     static struct option longs[] = {
         {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
@@ -146,10 +155,11 @@ static void parse(int argc, char **argv, struct options *o) {
         {"iters", required_argument, 0, 'n'}, {"check", required_argument, 0, 'c'},
         {"datatype", required_argument, 0, 'd'}, {"op", required_argument, 0, 'o'},
         {"root", required_argument, 0, 'r'}, {"cudagraph", required_argument, 0, 'G'},
-        {"helpers", no_argument, 0, 'H'}, {"calls", required_argument, 0, 'C'},
-        {"reps", required_argument, 0, 'R'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"local_register", required_argument, 0, 'R'}, {"helpers", no_argument, 0, OPT_HELPERS},
+        {"calls", required_argument, 0, OPT_CALLS}, {"reps", required_argument, 0, OPT_REPS},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "b:e:f:i:g:w:n:c:d:o:r:G:h", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "b:e:f:i:g:w:n:c:d:o:r:G:R:h", longs, NULL)) != -1) {
         switch (c) {
         case 'b': o->min_bytes = parse_size(optarg); break;
         case 'e': o->max_bytes = parse_size(optarg); break;
@@ -163,9 +173,14 @@ static void parse(int argc, char **argv, struct options *o) {
         case 'o': o->op = lookup("reduction op", optarg, op_names, NOPS); break;
         case 'r': o->root = (int)parse_count(optarg); break;
         case 'G': o->graph_launches = (int)parse_count(optarg); break;
-        case 'H': o->helpers = 1; break;
-        case 'C': o->helper_calls = (size_t)parse_count(optarg); break;
-        case 'R': o->helper_reps = (int)parse_count(optarg); break;
+        case 'R':
+            if (strcmp(optarg, "0") && strcmp(optarg, "1") && strcmp(optarg, "2"))
+                die("-R: '%s' is not 0 (not registered), 1 (ncclCommRegister) or 2 (symmetric windows)", optarg);
+            o->local_register = optarg[0] - '0';
+            break;
+        case OPT_HELPERS: o->helpers = 1; break;
+        case OPT_CALLS: o->helper_calls = (size_t)parse_count(optarg); break;
+        case OPT_REPS: o->helper_reps = (int)parse_count(optarg); break;
         case 'h': usage(argv[0]); exit(0);
         default: fprintf(stderr, "perf_twin: try '%s --help'\n", argv[0]); exit(1);
         }
@@ -455,7 +470,13 @@ struct gpu {
     CUstream stream;
     CUevent start, stop;
     CUdeviceptr send, recv;
+    void *send_reg, *recv_reg; /* -R 1: ncclCommRegister handles */
+    ncclWindow_t send_win, recv_win; /* -R 2: symmetric windows */
 };
+
+static const char *register_names[3] = {"ncclMemAlloc, not registered (-R 0)",
+                                        "ncclMemAlloc, registered with ncclCommRegister (-R 1)",
+                                        "ncclMemAlloc, registered with ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC) (-R 2)"};
 
 static struct options o;
 static struct gpu gpus[MAX_GPUS];
@@ -672,17 +693,42 @@ static int run_sweep(void) {
         CU(cuStreamCreate(&g->stream, CU_STREAM_NON_BLOCKING));
         CU(cuEventCreate(&g->start, CU_EVENT_DEFAULT));
         CU(cuEventCreate(&g->stop, CU_EVENT_DEFAULT));
-        CU(cuMemAlloc(&g->send, bytes));
-        CU(cuMemAlloc(&g->recv, bytes));
-        CU(cuMemsetD8Async(g->send, 0, bytes, g->stream));
-        CU(cuMemsetD8Async(g->recv, 0, bytes, g->stream));
-        CU(cuStreamSynchronize(g->stream));
     }
     ncclComm_t comms[MAX_GPUS];
     int devices[MAX_GPUS];
     for (int d = 0; d < ngpus; d++) devices[d] = d;
     NC(ncclCommInitAll(comms, ngpus, devices));
     for (int d = 0; d < ngpus; d++) gpus[d].comm = comms[d];
+    /* The buffers as nccl-tests gets them: ncclMemAlloc in every mode, then -R's registration of each whole
+     * buffer, in one group for all GPUs (a window registration is collective). */
+    for (int d = 0; d < ngpus; d++) {
+        struct gpu *g = &gpus[d];
+        void *send = NULL, *recv = NULL;
+        use_device(d);
+        NC(ncclMemAlloc(&send, bytes));
+        NC(ncclMemAlloc(&recv, bytes));
+        g->send = (CUdeviceptr)(uintptr_t)send;
+        g->recv = (CUdeviceptr)(uintptr_t)recv;
+        CU(cuMemsetD8Async(g->send, 0, bytes, g->stream));
+        CU(cuMemsetD8Async(g->recv, 0, bytes, g->stream));
+        CU(cuStreamSynchronize(g->stream));
+    }
+    if (o.local_register) {
+        NC(ncclGroupStart());
+        for (int d = 0; d < ngpus; d++) {
+            struct gpu *g = &gpus[d];
+            void *send = (void *)(uintptr_t)g->send, *recv = (void *)(uintptr_t)g->recv;
+            use_device(d);
+            if (o.local_register == 2) {
+                NC(ncclCommWindowRegister(g->comm, send, bytes, &g->send_win, NCCL_WIN_COLL_SYMMETRIC));
+                NC(ncclCommWindowRegister(g->comm, recv, bytes, &g->recv_win, NCCL_WIN_COLL_SYMMETRIC));
+            } else {
+                NC(ncclCommRegister(g->comm, send, bytes, &g->send_reg));
+                NC(ncclCommRegister(g->comm, recv, bytes, &g->recv_reg));
+            }
+        }
+        NC(ncclGroupEnd());
+    }
 
     printf("# metrale-gpu-sys perf_twin (C, direct calls) nccl-headers=%d nccl-library=%d\n", NCCL_VERSION_CODE,
            library);
@@ -694,6 +740,7 @@ static int run_sweep(void) {
            "validation: %d graph: %d\n",
            ngpus, o.min_bytes, o.max_bytes, step, o.warmup, o.iters, o.check, o.graph_launches);
     printf("# Timing: CUDA events on each GPU's stream around the iterations; the slowest GPU's time / iterations\n");
+    printf("# Buffers: %zu bytes each, %s\n", bytes, register_names[o.local_register]);
     printf("#\n# Using devices\n");
     for (int d = 0; d < ngpus; d++) {
         char name[128] = {0};
@@ -743,12 +790,20 @@ static int run_sweep(void) {
     for (int d = 0; d < ngpus; d++) {
         struct gpu *g = &gpus[d];
         CU(cuStreamSynchronize(g->stream));
+        if (o.local_register == 2) {
+            NC(ncclCommWindowDeregister(g->comm, g->send_win));
+            NC(ncclCommWindowDeregister(g->comm, g->recv_win));
+        } else if (o.local_register == 1) {
+            NC(ncclCommDeregister(g->comm, g->send_reg));
+            NC(ncclCommDeregister(g->comm, g->recv_reg));
+        }
         NC(ncclCommDestroy(g->comm));
         CU(cuEventDestroy(g->start));
         CU(cuEventDestroy(g->stop));
         CU(cuStreamDestroy(g->stream));
-        CU(cuMemFree(g->send));
-        CU(cuMemFree(g->recv));
+        use_device(d);
+        NC(ncclMemFree((void *)(uintptr_t)g->send));
+        NC(ncclMemFree((void *)(uintptr_t)g->recv));
     }
     return wrong_total > 0 ? 1 : 0;
 }
