@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""busbw against message size, C twin and Rust, from a bench-run summary.md (the full sweeps).
+"""busbw against message size from a bench/run.sh log folder: one panel per collective and mode, a curve per
+program (nccl-tests, the C twin, Rust through the crate), medians over rounds, out of place.
 
-Usage: ci/bench_plot.py SUMMARY_MD OUT_PNG   (needs matplotlib: pip install matplotlib)
+Usage: bench/plot.py LOG_DIR OUT_PNG   (needs matplotlib: pip install matplotlib)
 """
-import re
+import os
 import sys
 
 import matplotlib
@@ -11,46 +12,45 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from table import LABEL, MODES, PROGRAMS, column, load  # noqa: E402
 
-
-def full_sweeps(text):
-    """{collective: [(bytes, C busbw, Rust busbw)]} from the '## <coll>, normal (full sweep' tables."""
-    sweeps, current = {}, None
-    for line in text.splitlines():
-        head = re.match(r"## (\w+), normal \(full sweep", line)
-        if head:
-            current = sweeps.setdefault(head.group(1), [])
-            continue
-        if line.startswith("## "):
-            current = None
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if current is None or len(cells) < 7 or not re.fullmatch(r"\d+[KMG]?", cells[0]):
-            continue
-        size = int(cells[0].rstrip("KMG")) * UNITS[cells[0][-1] if cells[0][-1] in "KMG" else ""]
-        if size > 0:
-            current.append((size, float(cells[5]), float(cells[6])))
-    return sweeps
+STYLE = {"nt": "s:", "c": "o-", "rust": "x--"}
 
 
 def main():
-    summary, out = sys.argv[1], sys.argv[2]
-    sweeps = full_sweeps(open(summary, encoding="utf-8").read())
-    fig, axes = plt.subplots(1, len(sweeps), figsize=(4 * len(sweeps), 3.6), sharey=True)
-    for ax, (coll, rows) in zip(axes, sorted(sweeps.items())):
-        sizes = [r[0] for r in rows]
-        ax.plot(sizes, [r[1] for r in rows], "o-", label="C (nccl.h directly)", markersize=4)
-        ax.plot(sizes, [r[2] for r in rows], "x--", label="Rust (metrale-gpu-sys)", markersize=5)
+    if len(sys.argv) != 3:
+        print(__doc__)
+        return 2
+    runs, _ = load(sys.argv[1])
+    panels = {}  # (coll, mode) -> prog -> [rows of every phase and round]
+    for (_phase, coll, mode), by_prog in runs.items():
+        for prog, rounds in by_prog.items():
+            panels.setdefault((coll, mode), {}).setdefault(prog, []).extend(rounds)
+    keys = sorted(panels, key=lambda k: (k[0] != "all_reduce", k[0], list(MODES).index(k[1])))
+    cols = min(5, len(keys))
+    rows = -(-len(keys) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.4 * rows), sharey=True, squeeze=False)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    for ax, key in zip(axes.flat, keys):
+        for prog in PROGRAMS:
+            rounds = panels[key].get(prog)
+            if not rounds:
+                continue
+            sizes = sorted(s for s in set().union(*rounds) if s > 0)
+            ax.plot(sizes, [column(rounds, s, 1) for s in sizes], STYLE[prog], label=LABEL[prog], markersize=4)
         ax.set_xscale("log", base=2)
-        ax.set_title(coll)
+        ax.set_title(f"{key[0]} {MODES[key[1]]}", fontsize=9)
         ax.set_xlabel("message size (bytes)")
         ax.grid(True, alpha=0.3)
-    axes[0].set_ylabel("busbw (GB/s)")
-    axes[0].legend(loc="upper left", fontsize=8)
-    fig.suptitle("2x H200, NCCL 2.28.9: bus bandwidth, C twin vs Rust through the crate (one run)")
+    for row in axes:
+        row[0].set_ylabel("busbw (GB/s)")
+    axes[0][0].legend(loc="upper left", fontsize=8)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    fig.savefig(sys.argv[2], dpi=110)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,24 +1,39 @@
 #!/usr/bin/env python3
-"""Side-by-side tables of the C twin (benches/c/perf_twin.c) and the Rust example (examples/perf.rs), from the
-log directory ci/bench-run.sh fills, and the issue's targets checked against them.
+"""Side-by-side tables of the benchmark's three programs: perf (Rust, through metrale-gpu-sys), the C twin
+(nccl.h called directly) and NVIDIA's nccl-tests, from the log folder bench/run.sh fills, with the targets
+checked against them.
 
-Log names: <phase>-<collective>-<mode>-r<round>-<lang>.txt (phase: full or small; mode: normal or graph;
-lang: c or rust) and helpers-r<round>-<lang>.txt. Both programs print nccl-tests' columns:
+Log names: <phase>-<collective>-<mode>-r<round>-<program>.txt, program rust, c or nt (nccl-tests); phases
+small, large, colls (full: older runs); modes default, graph, reg, sym, symgraph (normal: older runs); and
+helpers-r<round>-<rust|c>.txt. All three print nccl-tests' columns:
 size count type redop root | time algbw busbw #wrong (out of place) | time algbw busbw #wrong (in place).
 
-Usage: bench_table.py LOG_DIR   (prints the tables and writes LOG_DIR/summary.md)
+Usage: table.py LOG_DIR   (prints the tables and writes LOG_DIR/summary.md; exit status 1 when a target
+                           is missed or an output is missing)
 """
 import os
 import re
 import statistics
 import sys
 
-NAME = re.compile(r"^(full|small)-([a-z_]+)-(normal|graph)-r(\d+)-(c|rust)\.txt$")
+NAME = re.compile(r"^([a-z]+)-([a-z_]+)-([a-z]+)-r(\d+)-(rust|c|nt)\.txt$")
 HELPERS = re.compile(r"^helpers-r(\d+)-(c|rust)\.txt$")
-LARGE = 64 << 20  # the busbw target applies from here up
-SMALL = 64 << 10  # the latency target applies up to here
-ANCHOR_AR_2G_BUSBW = 341.0  # nccl-tests 2.19.6 on the same kind of machine (GPU-MACHINE.md)
-ANCHOR_AR_8B_US = 18.3
+PROGRAMS = ("nt", "c", "rust")
+LABEL = {"nt": "nccl-tests", "c": "C", "rust": "Rust"}
+PHASES = ("small", "large", "colls", "full")
+MODES = {  # name: how nccl-tests spells it
+    "default": "default",
+    "normal": "default",
+    "graph": "-G 20",
+    "reg": "-R 1",
+    "sym": "-R 2",
+    "symgraph": "-R 2 -G 20",
+}
+LARGE = 64 << 20  # the busbw targets apply from here up
+SMALL = 64 << 10  # the Rust − C latency target applies up to here
+BUSBW_RATIO = 0.99
+LATENCY_US = 0.5
+SUMMARY_SIZES = (8, 4 << 10, 256 << 10, 2 << 20, 16 << 20, 128 << 20, 1 << 30)
 
 
 def parse_rows(path):
@@ -26,14 +41,12 @@ def parse_rows(path):
     rows = {}
     with open(path, errors="replace") as f:
         for line in f:
-            if line.startswith("#"):
-                continue
             p = line.split()
-            if len(p) != 13 or not p[0].isdigit():
+            if line.startswith("#") or len(p) != 13 or not p[0].isdigit():
                 continue
-            wrong = lambda s: None if s == "N/A" else int(s)
             try:
-                rows[int(p[0])] = (float(p[5]), float(p[7]), wrong(p[8]), float(p[9]), float(p[11]), wrong(p[12]))
+                wrong = [None if p[i] == "N/A" else int(p[i]) for i in (8, 12)]
+                rows[int(p[0])] = (float(p[5]), float(p[7]), wrong[0], float(p[9]), float(p[11]), wrong[1])
             except ValueError:
                 continue
     return rows
@@ -49,6 +62,25 @@ def parse_helpers(path):
     return out
 
 
+def load(logs):
+    """runs: (phase, coll, mode) -> program -> [rows of each round]; helpers: program -> [results]."""
+    runs, helpers = {}, {"c": [], "rust": []}
+    for name in sorted(os.listdir(logs)):
+        m = NAME.match(name)
+        if m and m.group(1) != "helpers":
+            phase, coll, mode, _round, prog = m.groups()
+            rows = parse_rows(os.path.join(logs, name))
+            if rows:
+                runs.setdefault((phase, coll, mode), {}).setdefault(prog, []).append(rows)
+            continue
+        m = HELPERS.match(name)
+        if m:
+            h = parse_helpers(os.path.join(logs, name))
+            if h:
+                helpers[m.group(2)].append(h)
+    return runs, helpers
+
+
 def fmt_size(b):
     for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
         if b >= 1 << shift and b % (1 << shift) == 0:
@@ -60,120 +92,167 @@ def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+def column(rounds, size, i):
+    """The median over rounds of column i at size, or None when no round has it."""
+    vals = [r[size][i] for r in rounds if size in r]
+    return median(vals) if vals else None
+
+
+def num(x, fmt):
+    return "–" if x is None else format(x, fmt)
+
+
+def sort_key(key):
+    phase, coll, mode = key
+    order = list(MODES)
+    return (PHASES.index(phase) if phase in PHASES else 9, coll != "all_reduce", coll,
+            order.index(mode) if mode in order else 9)
+
+
+def table(say, key, by_prog):
+    phase, coll, mode = key
+    counts = ", ".join(f"{len(by_prog.get(p, []))} {LABEL[p]}" for p in PROGRAMS)
+    say(f"\n## {coll}, {MODES.get(mode, mode)} ({phase}: {counts} runs; medians over runs; out of place)\n")
+    say("| size | nccl-tests µs | C µs | Rust µs | Rust − nccl-tests µs | Rust − C µs | nccl-tests busbw "
+        "| C busbw | Rust busbw | Rust/nccl-tests busbw | #wrong nccl-tests/C/Rust |")
+    say("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    sizes = sorted(set().union(*(set(r) for rounds in by_prog.values() for r in rounds)))
+    for s in sizes:
+        us = {p: column(by_prog.get(p, []), s, 0) for p in PROGRAMS}
+        bw = {p: column(by_prog.get(p, []), s, 1) for p in PROGRAMS}
+        diff = lambda a, b: None if us[a] is None or us[b] is None else us[a] - us[b]
+        ratio = None if not bw["nt"] or bw["rust"] is None else bw["rust"] / bw["nt"]
+        wrong = "/".join(
+            str(sum((r[s][2] or 0) + (r[s][5] or 0) for r in by_prog.get(p, []) if s in r))
+            if by_prog.get(p) else "–" for p in PROGRAMS)
+        say(f"| {fmt_size(s)} | {num(us['nt'], '.2f')} | {num(us['c'], '.2f')} | {num(us['rust'], '.2f')} | "
+            f"{num(diff('rust', 'nt'), '+.2f')} | {num(diff('rust', 'c'), '+.2f')} | {num(bw['nt'], '.2f')} | "
+            f"{num(bw['c'], '.2f')} | {num(bw['rust'], '.2f')} | {num(ratio, '.3f')} | {wrong} |")
+
+
+def both_placements(by_prog, prog, size, us_or_bw):
+    """The medians of (out of place, in place) time (0) or busbw (1) of one program at one size."""
+    rounds = by_prog.get(prog, [])
+    return [column(rounds, size, i) for i in ((0, 3) if us_or_bw == 0 else (1, 4))]
+
+
+def verdicts_for(key, by_prog, present):
+    """(target, verdict, numbers) rows of one table; `present`: the programs seen anywhere in the logs."""
+    phase, coll, mode = key
+    name = f"{coll} {MODES.get(mode, mode)} ({phase})"
+    out = []
+    missing = [LABEL[p] for p in PROGRAMS if p in present and not by_prog.get(p)]
+    if missing:
+        out.append((name, "MISSING", f"no output from {', '.join(missing)}: see the logs"))
+    sizes = sorted(set().union(*(set(r) for rounds in by_prog.values() for r in rounds)))
+    for ref in ("nt", "c"):
+        if not by_prog.get(ref) or not by_prog.get("rust"):
+            continue
+        ratios = []
+        for s in (s for s in sizes if s >= LARGE):
+            for r, c in zip(both_placements(by_prog, "rust", s, 1), both_placements(by_prog, ref, s, 1)):
+                if r is not None and c:
+                    ratios.append(r / c)
+        if ratios:
+            worst = min(ratios)
+            out.append((f"{name}: ≥ 64M, Rust/{LABEL[ref]} busbw", "PASS" if worst >= BUSBW_RATIO else "FAIL",
+                        f"worst {worst:.3f}, median {median(ratios):.3f} (target ≥ {BUSBW_RATIO})"))
+    if by_prog.get("c") and by_prog.get("rust"):
+        diffs = []
+        for s in (s for s in sizes if 0 < s <= SMALL):
+            for r, c in zip(both_placements(by_prog, "rust", s, 0), both_placements(by_prog, "c", s, 0)):
+                if r is not None and c is not None:
+                    diffs.append(r - c)
+        if diffs and phase == "small":
+            med = median(diffs)
+            out.append((f"{name}: ≤ 64K, Rust − C time", "PASS" if med <= LATENCY_US else "FAIL",
+                        f"median {med:+.2f} µs, worst {max(diffs):+.2f} µs (target: median ≤ +{LATENCY_US} µs)"))
+    if (coll, mode, phase) == ("all_reduce", "symgraph", "small") and by_prog.get("nt") and by_prog.get("rust"):
+        r, n = column(by_prog["rust"], 8, 0), column(by_prog["nt"], 8, 0)
+        if r is not None and n is not None:
+            out.append((f"{name}: 8 B, Rust − nccl-tests time", "PASS" if r - n <= LATENCY_US else "FAIL",
+                        f"Rust {r:.2f} µs, nccl-tests {n:.2f} µs: {r - n:+.2f} µs (target ≤ +{LATENCY_US} µs)"))
+    return out
+
+
+def modes_summary(say, runs):
+    """all_reduce by mode and size (small and large phases together), for one program per table."""
+    merged = {}  # mode -> prog -> [rows]
+    for (phase, coll, mode), by_prog in runs.items():
+        if coll == "all_reduce" and phase in ("small", "large"):
+            for prog, rounds in by_prog.items():
+                merged.setdefault(mode, {}).setdefault(prog, []).extend(rounds)
+    modes = [m for m in MODES if m in merged]
+    if not modes:
+        return
+    for prog in ("rust", "nt"):
+        sizes = [s for s in SUMMARY_SIZES if any(column(merged[m].get(prog, []), s, 0) for m in modes)]
+        if not sizes:
+            continue
+        say(f"\n## all_reduce by mode, {LABEL[prog]} (µs, and busbw GB/s from 2M; medians; fastest in bold)\n")
+        say("| mode | " + " | ".join(fmt_size(s) for s in sizes) + " |")
+        say("| --- |" + " ---: |" * len(sizes))
+        best = {s: min((column(merged[m].get(prog, []), s, 0) or float("inf"), m) for m in modes)[1]
+                for s in sizes}
+        for m in modes:
+            cells = []
+            for s in sizes:
+                us = column(merged[m].get(prog, []), s, 0)
+                bw = column(merged[m].get(prog, []), s, 1)
+                cell = "–" if us is None else f"{us:.1f}" + (f" / {bw:.0f}" if s >= 2 << 20 else "")
+                cells.append(f"**{cell}**" if best[s] == m and us is not None else cell)
+            say(f"| {MODES[m]} | " + " | ".join(cells) + " |")
+
+
+def helper_tables(say, helpers):
+    rows = []
+    if not (helpers["c"] and helpers["rust"]):
+        return [("helpers", "MISSING", "no --helpers output from one side")]
+    say(f"\n## Helpers: ns per call ({len(helpers['c'])} C / {len(helpers['rust'])} Rust runs, pinned to one core;"
+        " median of each run's median)\n")
+    say("| helper | C (direct call) ns | Rust (crate helper) ns | Rust/C | Rust−C ns | verdict |")
+    say("| --- | ---: | ---: | ---: | ---: | --- |")
+    for n in (n for n in helpers["rust"][0] if n in helpers["c"][0]):
+        c = median([h[n] for h in helpers["c"] if n in h])
+        r = median([h[n] for h in helpers["rust"] if n in h])
+        ok = r <= 1.05 * c or r - c <= 20.0
+        ratio = r / c if c > 0 else float("nan")
+        say(f"| {n} | {c:.2f} | {r:.2f} | {ratio:.3f} | {r - c:+.2f} | {'PASS' if ok else 'FAIL'} |")
+        rows.append((f"helper {n}", "PASS" if ok else "FAIL",
+                     f"C {c:.2f} ns, Rust {r:.2f} ns (target ≤ 1.05× or ≤ +20 ns)"))
+    raw = [n for n in helpers["rust"][0] if n.startswith("raw_")]
+    if raw:
+        say("\nRust, the driver call through the crate's table without the helper: " + ", ".join(
+            f"{n[4:]} {median([h[n] for h in helpers['rust'] if n in h]):.2f} ns" for n in raw))
+    return rows
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__)
         return 2
     logs = sys.argv[1]
-    runs = {}  # (phase, coll, mode) -> lang -> [rows per round]
-    helpers = {"c": [], "rust": []}
-    for name in sorted(os.listdir(logs)):
-        m = NAME.match(name)
-        if m:
-            phase, coll, mode, _round, lang = m.groups()
-            rows = parse_rows(os.path.join(logs, name))
-            if rows:
-                runs.setdefault((phase, coll, mode), {}).setdefault(lang, []).append(rows)
-            continue
-        m = HELPERS.match(name)
-        if m:
-            h = parse_helpers(os.path.join(logs, name))
-            if h:
-                helpers[m.group(2)].append(h)
+    runs, helpers = load(logs)
+    body, verdicts = [], []
+    say = body.append
+    modes_summary(say, runs)
+    present = {prog for by_prog in runs.values() for prog in by_prog}
+    for key in sorted(runs, key=sort_key):
+        table(say, key, runs[key])
+        verdicts += verdicts_for(key, runs[key], present)
+    verdicts += helper_tables(say, helpers)
+    for prog in PROGRAMS:
+        measured = [w for by_prog in runs.values() for rows in by_prog.get(prog, [])
+                    for r in rows.values() for w in (r[2], r[5]) if w is not None]
+        if measured:
+            wrong = sum(measured)
+            verdicts.append((f"#wrong, {LABEL[prog]}", "PASS" if wrong == 0 else "FAIL",
+                             f"{wrong} wrong elements over {len(measured)} checked measurements"))
 
-    out = []
-    say = out.append
-    verdicts = []
-    wrong_total = {"c": 0, "rust": 0}
-    wrong_checked = {"c": 0, "rust": 0}
-
-    for (phase, coll, mode), by_lang in sorted(runs.items(), key=lambda kv: (kv[0][0] != "full", kv[0][2], kv[0][1])):
-        for lang, rounds in by_lang.items():
-            for rows in rounds:
-                for r in rows.values():
-                    for w in (r[2], r[5]):
-                        if w is not None:
-                            wrong_total[lang] += w
-                            wrong_checked[lang] += 1
-        c_runs, r_runs = by_lang.get("c", []), by_lang.get("rust", [])
-        if not c_runs or not r_runs:
-            say(f"\n## {phase} {coll} {mode}: missing output ({'C' if not c_runs else 'Rust'}); see the logs\n")
-            verdicts.append((f"{coll} {mode} ({phase})", "MISSING", "no output from one side"))
-            continue
-        sizes = sorted(set.intersection(*(set(r) for r in c_runs + r_runs)))
-        say(f"\n## {coll}, {mode} ({phase} sweep, {len(c_runs)} C / {len(r_runs)} Rust runs; medians over runs)\n")
-        say("| size | C µs | Rust µs | Rust/C | Rust−C µs | C busbw | Rust busbw | in-place Rust/C | #wrong C/Rust |")
-        say("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-        small_diffs, large_ratios = [], []
-        for s in sizes:
-            col = lambda runs_, i: median([r[s][i] for r in runs_])
-            c_us, r_us = col(c_runs, 0), col(r_runs, 0)
-            c_bw, r_bw = col(c_runs, 1), col(r_runs, 1)
-            c_ip, r_ip = col(c_runs, 3), col(r_runs, 3)
-            c_ipbw, r_ipbw = col(c_runs, 4), col(r_runs, 4)
-            wrongs = lambda runs_: sum((r[s][2] or 0) + (r[s][5] or 0) for r in runs_)
-            ratio = r_us / c_us if c_us > 0 else float("nan")
-            ip_ratio = r_ip / c_ip if c_ip > 0 else float("nan")
-            say(f"| {fmt_size(s)} | {c_us:.2f} | {r_us:.2f} | {ratio:.3f} | {r_us - c_us:+.2f} | {c_bw:.2f} | "
-                f"{r_bw:.2f} | {ip_ratio:.3f} | {wrongs(c_runs)}/{wrongs(r_runs)} |")
-            if 0 < s <= SMALL:
-                small_diffs += [r_us - c_us, r_ip - c_ip]
-            if s >= LARGE:
-                if c_bw > 0:
-                    large_ratios.append(r_bw / c_bw)
-                if c_ipbw > 0:
-                    large_ratios.append(r_ipbw / c_ipbw)
-            if phase == "full" and mode == "normal" and coll == "all_reduce":
-                if s == 2 << 30:
-                    say(f"|  | (nccl-tests anchor at 2G: busbw {ANCHOR_AR_2G_BUSBW}) | | | | | | | |")
-                if s == 8:
-                    say(f"|  | (nccl-tests anchor at 8B: {ANCHOR_AR_8B_US} µs) | | | | | | | |")
-        if small_diffs and phase == "small":
-            worst = max(small_diffs)
-            med = median(small_diffs)
-            ok = med <= 0.5
-            verdicts.append((f"{coll} {mode}: sizes ≤ 64K, Rust − C time", "PASS" if ok else "FAIL",
-                             f"median {med:+.2f} µs, worst {worst:+.2f} µs (target: median ≤ +0.5 µs)"))
-        if large_ratios and phase == "full":
-            worst = min(large_ratios)
-            ok = worst >= 0.99
-            verdicts.append((f"{coll} {mode}: sizes ≥ 64M, Rust/C busbw", "PASS" if ok else "FAIL",
-                             f"worst {worst:.3f}, median {median(large_ratios):.3f} (target ≥ 0.99)"))
-
-    if helpers["c"] and helpers["rust"]:
-        say(f"\n## Helpers: ns per call ({len(helpers['c'])} C / {len(helpers['rust'])} Rust runs; median of each run's"
-            " median)\n")
-        say("| helper | C (direct call) ns | Rust (crate helper) ns | Rust/C | Rust−C ns | verdict |")
-        say("| --- | ---: | ---: | ---: | ---: | --- |")
-        names = [n for n in helpers["rust"][0] if n in helpers["c"][0]]
-        for n in names:
-            c = median([h[n] for h in helpers["c"] if n in h])
-            r = median([h[n] for h in helpers["rust"] if n in h])
-            ok = r <= 1.05 * c or r - c <= 20.0
-            say(f"| {n} | {c:.2f} | {r:.2f} | {r / c if c > 0 else float('nan'):.3f} | {r - c:+.2f} | "
-                f"{'PASS' if ok else 'FAIL'} |")
-            verdicts.append((f"helper {n}", "PASS" if ok else "FAIL",
-                             f"C {c:.2f} ns, Rust {r:.2f} ns (target ≤ 1.05× or ≤ +20 ns)"))
-        raw = [n for n in helpers["rust"][0] if n.startswith("raw_")]
-        if raw:
-            say("\nRust, the driver call through the crate's table without the helper: " + ", ".join(
-                f"{n[4:]} {median([h[n] for h in helpers['rust'] if n in h]):.2f} ns" for n in raw))
-    else:
-        verdicts.append(("helpers", "MISSING", "no --helpers output from one side"))
-
-    for lang in ("c", "rust"):
-        ok = wrong_total[lang] == 0 and wrong_checked[lang] > 0
-        verdicts.append((f"#wrong, {'C' if lang == 'c' else 'Rust'}", "PASS" if ok else "FAIL",
-                         f"{wrong_total[lang]} wrong elements over {wrong_checked[lang]} checked measurements"))
-
-    say("\n## Verdicts\n")
-    say("| target | verdict | numbers |")
-    say("| --- | --- | --- |")
-    for what, v, detail in verdicts:
-        say(f"| {what} | {v} | {detail} |")
-
-    text = "\n".join(out) + "\n"
-    with open(os.path.join(logs, "summary.md"), "w") as f:
+    head = ["## Verdicts\n", "| target | verdict | numbers |", "| --- | --- | --- |"]
+    head += [f"| {what} | {v} | {detail} |" for what, v, detail in verdicts]
+    text = "\n".join(head + body) + "\n"
+    with open(os.path.join(logs, "summary.md"), "w", encoding="utf-8") as f:
         f.write(text)
     print(text)
     return 0 if all(v == "PASS" for _, v, _ in verdicts) else 1

@@ -101,13 +101,13 @@ struct options {
 };
 
 static void usage(const char *program) {
-    printf("C twin of metrale-gpu-sys' examples/perf.rs (nccl-tests' format, one process driving -g GPUs).\n\n"
+    printf("C twin of metrale-gpu-sys' benchmark, bench/src/ (nccl-tests' format, one process driving -g GPUs).\n\n"
            "Usage: %s [COLLECTIVE] [-b SIZE] [-e SIZE] [-f N] [-i SIZE] [-g N] [-w N] [-n N] [-c 0|1]\n"
            "          [-d TYPE] [-o OP] [-r ROOT] [-G N] [-R 0|1|2]\n"
            "       %s --helpers [--calls N] [--reps N]\n\n"
            "COLLECTIVE: all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, sendrecv\n"
            "TYPE: int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16; OP: sum, prod, max,\n"
-           "min, avg. Options and defaults as the Rust example's --help describes them.\n",
+           "min, avg. Options and defaults as perf --help (the Rust program) describes them.\n",
            program, program);
 }
 

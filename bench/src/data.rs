@@ -1,5 +1,5 @@
 //! The data the check uses: a deterministic input pattern per rank, the expected outputs computed on the
-//! host, and the element types as the host sees them. The C twin (benches/c/perf_twin.c) uses the same
+//! host, and the element types as the host sees them. The C twin (c/perf_twin.c) uses the same
 //! patterns, so both programs check the same values.
 //!
 //! Values are small integers, exact in every type, so sums, products, minima and maxima are exact too
