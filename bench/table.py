@@ -207,7 +207,8 @@ def modes_summary(say, runs):
 def helper_tables(say, helpers):
     rows = []
     if not (helpers["c"] and helpers["rust"]):
-        return [("helpers", "MISSING", "no --helpers output from one side")]
+        lacking = [LABEL[p] for p in ("c", "rust") if not helpers[p]]
+        return [] if len(lacking) == 2 else [("helpers", "MISSING", f"no --helpers output from {lacking[0]}")]
     say(f"\n## Helpers: ns per call ({len(helpers['c'])} C / {len(helpers['rust'])} Rust runs, pinned to one core;"
         " median of each run's median)\n")
     say("| helper | C (direct call) ns | Rust (crate helper) ns | Rust/C | Rust−C ns | verdict |")
@@ -249,6 +250,8 @@ def main():
             verdicts.append((f"#wrong, {LABEL[prog]}", "PASS" if wrong == 0 else "FAIL",
                              f"{wrong} wrong elements over {len(measured)} checked measurements"))
 
+    if not verdicts:
+        verdicts.append(("measurements", "MISSING", f"no program output in {logs}"))
     head = ["## Verdicts\n", "| target | verdict | numbers |", "| --- | --- | --- |"]
     head += [f"| {what} | {v} | {detail} |" for what, v, detail in verdicts]
     text = "\n".join(head + body) + "\n"
