@@ -426,3 +426,34 @@ pub fn sizes(o: &Options) -> Vec<usize> {
     }
     sizes
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(args: &[&str]) -> Result<Options, UsageError> {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        match parse(&args)? {
+            Command::Run(o) => Ok(o),
+            Command::Help => Err(UsageError("help".into())),
+        }
+    }
+
+    #[test]
+    fn register_takes_nccl_tests_spellings() {
+        assert_eq!(options(&[]).expect("defaults").register, Register::Off);
+        let o = options(&["all_reduce", "-R", "2", "-G", "20"]).expect("-R 2 -G 20");
+        assert_eq!((o.register, o.graph_launches), (Register::Symmetric, 20));
+        assert_eq!(options(&["-R1"]).expect("-R1").register, Register::Local);
+        let o = options(&["--local_register=0"]).expect("long form");
+        assert_eq!(o.register, Register::Off);
+    }
+
+    #[test]
+    fn register_refuses_other_levels() {
+        for bad in ["3", "-1", "sym", ""] {
+            let e = options(&["-R", bad]).expect_err(bad);
+            assert!(e.0.contains("-R"), "{bad}: {e}");
+        }
+    }
+}
