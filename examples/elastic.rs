@@ -66,7 +66,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let who = args.rank.map_or("replacement".to_string(), |r| format!("rank {r}"));
+    let who = args
+        .rank
+        .map_or("replacement".to_string(), |r| format!("rank {r}"));
     let result = metrale_gpu_sys::version::check_library_version()
         .map_err(|e| e.to_string())
         .and_then(|_| Gpu::new(args.local_rank).map_err(|e| e.to_string()))
@@ -100,21 +102,30 @@ fn parse_args() -> Result<Args, String> {
     let get = |flag: &str, var: &str| flags.get(flag).cloned().or_else(|| std::env::var(var).ok());
     let num = |flag: &str, var: &str, default: Option<usize>| -> Result<usize, String> {
         match get(flag, var) {
-            Some(v) => v.parse().map_err(|_| format!("{flag} ({var}) is not a number: '{v}'")),
+            Some(v) => v
+                .parse()
+                .map_err(|_| format!("{flag} ({var}) is not a number: '{v}'")),
             None => default.ok_or(format!("missing {flag} (or {var})")),
         }
     };
     let master = match get("--master", "") {
         Some(m) => m,
         None => {
-            let addr = std::env::var("MASTER_ADDR").map_err(|_| "missing --master (or MASTER_ADDR)")?;
-            format!("{addr}:{}", std::env::var("MASTER_PORT").unwrap_or_else(|_| "29500".into()))
+            let addr =
+                std::env::var("MASTER_ADDR").map_err(|_| "missing --master (or MASTER_ADDR)")?;
+            format!(
+                "{addr}:{}",
+                std::env::var("MASTER_PORT").unwrap_or_else(|_| "29500".into())
+            )
         }
     };
     let (rank, world_size) = if join {
         (None, 0)
     } else {
-        let (rank, world_size) = (num("--rank", "RANK", None)?, num("--world-size", "WORLD_SIZE", None)?);
+        let (rank, world_size) = (
+            num("--rank", "RANK", None)?,
+            num("--world-size", "WORLD_SIZE", None)?,
+        );
         if rank >= world_size {
             return Err(format!("rank {rank} is outside a world of {world_size}"));
         }
@@ -135,7 +146,10 @@ fn ms(d: Duration) -> String {
 }
 
 fn unix_us() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0)
 }
 
 /// A rank of the first world: steady loop, then (if a rank died) revoke, shrink, grow.
@@ -143,7 +157,15 @@ fn run_member(args: &Args, rank: usize, gpu: &mut Gpu) -> Result<(), String> {
     let (who, id) = if rank == 0 {
         let id = NcclUniqueId::new().map_err(|e| e.to_string())?;
         let hex = hex(&id.to_bytes());
-        (Membership::Coordinator(Coordinator::start(&args.master, args.world_size, &hex, STARTUP)?), id)
+        (
+            Membership::Coordinator(Coordinator::start(
+                &args.master,
+                args.world_size,
+                &hex,
+                STARTUP,
+            )?),
+            id,
+        )
     } else {
         let (client, hex) = Client::hello(&args.master, rank as u32, STARTUP)?;
         (Membership::Member(client), id_from_hex(&hex)?)
@@ -167,7 +189,10 @@ fn run_member(args: &Args, rank: usize, gpu: &mut Gpu) -> Result<(), String> {
     }
     let Some(lost) = lost else {
         comm::release(comm, false)?;
-        println!("ELASTIC result=ok rank={rank} size={size} recovered=none (nobody died in {} rounds)", args.iters);
+        println!(
+            "ELASTIC result=ok rank={rank} size={size} recovered=none (nobody died in {} rounds)",
+            args.iters
+        );
         return Ok(());
     };
     // A timeout or an NCCL error may come before the rendezvous has seen the death: give it a moment.
@@ -178,7 +203,10 @@ fn run_member(args: &Args, rank: usize, gpu: &mut Gpu) -> Result<(), String> {
     let dead = who.dead();
     println!(
         "ELASTIC phase=detect rank={rank} dead={} how={} at_unix_us={} waited_ms={} detail={:?}",
-        dead.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
+        dead.iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
         lost.how,
         unix_us(),
         ms(lost.waited),
@@ -186,7 +214,11 @@ fn run_member(args: &Args, rank: usize, gpu: &mut Gpu) -> Result<(), String> {
     );
     if dead.is_empty() {
         comm::revoke(comm, gpu.stream, args.deadline)?;
-        return Err(format!("the collective failed ({}) but every rank is alive: nothing to shrink", lost.detail));
+        return Err(format!(
+            "the collective failed ({}) but the rendezvous knows of no dead rank (or rank 0, the \
+             coordinator, died): nothing to shrink",
+            lost.detail
+        ));
     }
 
     // Revoke, shrink without the dead, check.
@@ -209,16 +241,21 @@ fn run_member(args: &Args, rank: usize, gpu: &mut Gpu) -> Result<(), String> {
 
     // Grow back: rank 0 waits for the replacements, makes the grow id and hands it out.
     let (grown, grow_took) = if rank == 0 {
-        let Membership::Coordinator(coordinator) = &who else { unreachable!("rank 0 coordinates") };
+        let Membership::Coordinator(coordinator) = &who else {
+            unreachable!("rank 0 coordinates")
+        };
         let mut id = NcclUniqueId::from_bytes([0; NcclUniqueId::BYTES]);
         // SAFETY: a live, idle communicator; writes one id.
-        check_nccl(unsafe { ncclCommGetUniqueId(shrunk, &mut id) }, "ncclCommGetUniqueId").map_err(|e| e.to_string())?;
+        let res = unsafe { ncclCommGetUniqueId(shrunk, &mut id) };
+        check_nccl(res, "ncclCommGetUniqueId").map_err(|e| e.to_string())?;
         size = coordinator.grow(dead.len(), &hex(&id.to_bytes()), STARTUP)?;
         let t = Instant::now();
         let grown = comm::grow(shrunk, size, Some(&id), -1, STARTUP)?;
         (grown, t.elapsed())
     } else {
-        let Membership::Member(client) = &who else { unreachable!("other ranks are members") };
+        let Membership::Member(client) = &who else {
+            unreachable!("other ranks are members")
+        };
         size = client.wait_grow(STARTUP)?;
         let t = Instant::now();
         (comm::grow(shrunk, size, None, -1, STARTUP)?, t.elapsed())
@@ -233,23 +270,53 @@ fn run_replacement(args: &Args, gpu: &mut Gpu) -> Result<(), String> {
     let id = id_from_hex(&hex)?;
     let t = Instant::now();
     let grown = comm::grow(std::ptr::null_mut(), size, Some(&id), rank as i32, STARTUP)?;
-    finish(gpu, grown, rank, size, &Membership::Member(client), args.deadline, t.elapsed())
+    finish(
+        gpu,
+        grown,
+        rank,
+        size,
+        &Membership::Member(client),
+        args.deadline,
+        t.elapsed(),
+    )
 }
 
 /// On the grown communicator: checked all-reduces, the grow line, clean-up.
-fn finish(gpu: &mut Gpu, grown: NcclComm, rank: usize, size: usize, who: &Membership, deadline: Duration, took: Duration) -> Result<(), String> {
+fn finish(
+    gpu: &mut Gpu,
+    grown: NcclComm,
+    rank: usize,
+    size: usize,
+    who: &Membership,
+    deadline: Duration,
+    took: Duration,
+) -> Result<(), String> {
     check_rounds(gpu, grown, rank, size, who, deadline, AFTER_GROW)?;
-    println!("ELASTIC phase=grow rank={rank} size={size} grow_ms={} allreduce=ok", ms(took));
+    println!(
+        "ELASTIC phase=grow rank={rank} size={size} grow_ms={} allreduce=ok",
+        ms(took)
+    );
     comm::release(grown, false)?;
     println!("ELASTIC result=ok rank={rank} size={size}");
     Ok(())
 }
 
 /// `rounds` all-reduces that must all finish and be right (no further failure is handled).
-fn check_rounds(gpu: &mut Gpu, comm: NcclComm, rank: usize, size: usize, who: &Membership, deadline: Duration, rounds: usize) -> Result<(), String> {
+fn check_rounds(
+    gpu: &mut Gpu,
+    comm: NcclComm,
+    rank: usize,
+    size: usize,
+    who: &Membership,
+    deadline: Duration,
+    rounds: usize,
+) -> Result<(), String> {
     for round in 0..rounds {
         if let Outcome::Lost(l) = gpu.all_reduce(comm, rank, size, round, who, deadline)? {
-            return Err(format!("all-reduce {round} over {size} ranks lost ({}): {}", l.how, l.detail));
+            return Err(format!(
+                "all-reduce {round} over {size} ranks lost ({}): {}",
+                l.how, l.detail
+            ));
         }
     }
     Ok(())
@@ -260,7 +327,9 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn id_from_hex(hex: &str) -> Result<NcclUniqueId, String> {
-    let bytes: Result<Vec<u8>, _> = (0..hex.len() / 2).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)).collect();
+    let bytes: Result<Vec<u8>, _> = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16))
+        .collect();
     let bytes: [u8; NcclUniqueId::BYTES] = bytes
         .ok()
         .and_then(|b| b.try_into().ok())

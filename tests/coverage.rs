@@ -27,7 +27,10 @@ fn declared(header: &str) -> Vec<String> {
                 return None;
             }
             let rest = rest.trim_start();
-            let name: String = rest.chars().take_while(|&c| c.is_ascii_alphanumeric() || c == '_').collect();
+            let name: String = rest
+                .chars()
+                .take_while(|&c| c.is_ascii_alphanumeric() || c == '_')
+                .collect();
             let call = rest[name.len()..].trim_start().starts_with('(');
             (call && name.starts_with("nccl")).then_some(name)
         })
@@ -51,9 +54,14 @@ fn calls(source: &str, name: &str) -> bool {
 }
 
 fn rust_files(dir: &Path, root: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
-        if path.strip_prefix(root).is_ok_and(|p| p == Path::new(GENERATED)) {
+        if path
+            .strip_prefix(root)
+            .is_ok_and(|p| p == Path::new(GENERATED))
+        {
             continue;
         }
         if path.is_dir() {
@@ -71,7 +79,8 @@ fn every_function_of_nccl_h_is_called() {
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", header_path.display()));
     let functions = declared(&header);
     assert!(
-        functions.iter().any(|f| f == "ncclAllReduce") && functions.iter().any(|f| f == "ncclGetErrorString"),
+        functions.iter().any(|f| f == "ncclAllReduce")
+            && functions.iter().any(|f| f == "ncclGetErrorString"),
         "the declarations of {} were not understood (found {functions:?})",
         header_path.display()
     );
@@ -80,8 +89,14 @@ fn every_function_of_nccl_h_is_called() {
     for dir in SEARCHED {
         rust_files(&root.join(dir), root, &mut files);
     }
-    let sources: Vec<String> = files.iter().filter_map(|f| std::fs::read_to_string(f).ok()).collect();
-    let uncalled: Vec<&String> = functions.iter().filter(|f| !sources.iter().any(|s| calls(s, f))).collect();
+    let sources: Vec<String> = files
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .collect();
+    let uncalled: Vec<&String> = functions
+        .iter()
+        .filter(|f| !sources.iter().any(|s| calls(s, f)))
+        .collect();
     println!(
         "{} functions declared by {}, {} called in {} files under {SEARCHED:?}",
         functions.len(),
@@ -104,7 +119,10 @@ fn declarations_and_calls_are_recognised() {
     let header = "ncclResult_t  ncclFoo(int x);\nncclResult_t pncclFoo(int x);\n\
                   const char*  ncclBar(ncclResult_t r);\nvoid  ncclBaz();\ntypedef struct { int opCnt; } ncclDesc_t;\n\
                   ncclResult_t ncclLong(const void* a,\n    int b);\n * ncclResult_t ncclInComment(";
-    assert_eq!(declared(header), ["ncclBar", "ncclBaz", "ncclFoo", "ncclLong"]);
+    assert_eq!(
+        declared(header),
+        ["ncclBar", "ncclBaz", "ncclFoo", "ncclLong"]
+    );
     assert!(calls("let r = unsafe { ncclFoo (1) };", "ncclFoo"));
     assert!(!calls("// ncclFoo(1)", "ncclFoo"));
     assert!(!calls("pncclFoo(1); ncclFooBar(2); \"ncclFoo\"", "ncclFoo"));

@@ -19,7 +19,11 @@ const MAX_PAUSE: Duration = Duration::from_millis(2);
 
 /// Every communicator of the example: non-blocking, so that no call can hang the rank.
 pub fn config() -> NcclConfig {
-    NcclConfig { blocking: 0, commName: c"elastic".as_ptr(), ..NcclConfig::default() }
+    NcclConfig {
+        blocking: 0,
+        commName: c"elastic".as_ptr(),
+        ..NcclConfig::default()
+    }
 }
 
 /// How a rank learnt that the collective will never finish.
@@ -50,12 +54,18 @@ fn accepted(res: NcclResult, what: &str) -> Result<(), String> {
 fn state(comm: NcclComm, what: &str) -> Result<Option<Result<(), String>>, String> {
     let mut state = NcclResult::ncclInProgress;
     // SAFETY: a live communicator; writes one status.
-    check_nccl(unsafe { ncclCommGetAsyncError(comm, &mut state) }, "ncclCommGetAsyncError").map_err(|e| e.to_string())?;
-    Ok((state != NcclResult::ncclInProgress).then(|| check_nccl(state, what).map_err(|e| e.to_string())))
+    let res = unsafe { ncclCommGetAsyncError(comm, &mut state) };
+    check_nccl(res, "ncclCommGetAsyncError").map_err(|e| e.to_string())?;
+    Ok((state != NcclResult::ncclInProgress)
+        .then(|| check_nccl(state, what).map_err(|e| e.to_string())))
 }
 
 /// Polls `done` with backoff until it says yes (its value) or `limit` passes.
-fn poll<T>(limit: Duration, what: &str, mut done: impl FnMut() -> Result<Option<T>, String>) -> Result<T, String> {
+fn poll<T>(
+    limit: Duration,
+    what: &str,
+    mut done: impl FnMut() -> Result<Option<T>, String>,
+) -> Result<T, String> {
     let start = Instant::now();
     let mut pause = Duration::from_micros(5);
     loop {
@@ -77,15 +87,25 @@ pub fn wait_ready(comm: NcclComm, what: &str, limit: Duration) -> Result<(), Str
 
 /// Waits until the stream has run everything queued on it.
 fn wait_stream(stream: CUstream, what: &str, limit: Duration) -> Result<(), String> {
-    // SAFETY: the rank's own live stream.
-    poll(limit, what, || Ok(unsafe { stream_ready(stream) }.map_err(|e| e.to_string())?.then_some(())))
+    poll(limit, what, || {
+        // SAFETY: the rank's own live stream.
+        Ok(unsafe { stream_ready(stream) }
+            .map_err(|e| e.to_string())?
+            .then_some(()))
+    })
 }
 
 /// `ncclCommInitRankConfig`, waited for.
-pub fn init(size: usize, id: NcclUniqueId, rank: usize, limit: Duration) -> Result<NcclComm, String> {
+pub fn init(
+    size: usize,
+    id: NcclUniqueId,
+    rank: usize,
+    limit: Duration,
+) -> Result<NcclComm, String> {
     let mut comm: NcclComm = std::ptr::null_mut();
     // SAFETY: writes one handle; the config is read during the call.
-    let res = unsafe { ncclCommInitRankConfig(&mut comm, size as i32, id, rank as i32, &mut config()) };
+    let res =
+        unsafe { ncclCommInitRankConfig(&mut comm, size as i32, id, rank as i32, &mut config()) };
     accepted(res, "ncclCommInitRankConfig")?;
     wait_ready(comm, "ncclCommInitRankConfig", limit)?;
     Ok(comm)
@@ -95,7 +115,8 @@ pub fn init(size: usize, id: NcclUniqueId, rank: usize, limit: Duration) -> Resu
 /// (`ncclCommGetAsyncError` leaves `ncclInProgress`) and the rank's stream has drained, within `limit`.
 pub fn revoke(comm: NcclComm, stream: CUstream, limit: Duration) -> Result<(), String> {
     // SAFETY: a live communicator, revoked once.
-    accepted(unsafe { ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT as i32) }, "ncclCommRevoke")?;
+    let res = unsafe { ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT as i32) };
+    accepted(res, "ncclCommRevoke")?;
     wait_ready(comm, "the revoked communicator", limit)?;
     wait_stream(stream, "the stream after ncclCommRevoke", limit)
 }
@@ -107,7 +128,14 @@ pub fn shrink(comm: NcclComm, dead: &[usize], limit: Duration) -> Result<NcclCom
     // SAFETY: a quiescent revoked communicator (nccl.h allows shrinking it); the list and config are
     // read during the call; the new handle is written when the shrink is done.
     let res = unsafe {
-        ncclCommShrink(comm, exclude.as_mut_ptr(), exclude.len() as i32, &mut shrunk, &mut config(), NCCL_SHRINK_DEFAULT as i32)
+        ncclCommShrink(
+            comm,
+            exclude.as_mut_ptr(),
+            exclude.len() as i32,
+            &mut shrunk,
+            &mut config(),
+            NCCL_SHRINK_DEFAULT as i32,
+        )
     };
     accepted(res, "ncclCommShrink")?;
     // Non-blocking: the parent reports the shrink's progress; the new handle is set once it is done.
@@ -121,7 +149,13 @@ pub fn shrink(comm: NcclComm, dead: &[usize], limit: Duration) -> Result<NcclCom
 
 /// `ncclCommGrow` to `size` ranks: a member passes its communicator and rank -1 (the root, the one that
 /// called `ncclCommGetUniqueId`, also the id); a replacement no communicator, the id and its rank.
-pub fn grow(comm: NcclComm, size: usize, id: Option<&NcclUniqueId>, rank: i32, limit: Duration) -> Result<NcclComm, String> {
+pub fn grow(
+    comm: NcclComm,
+    size: usize,
+    id: Option<&NcclUniqueId>,
+    rank: i32,
+    limit: Duration,
+) -> Result<NcclComm, String> {
     let mut grown: NcclComm = std::ptr::null_mut();
     let id = id.map_or(std::ptr::null(), |id| id as *const NcclUniqueId);
     // SAFETY: the arguments nccl.h prescribes for this caller; id and config are read during the call.
@@ -139,7 +173,11 @@ pub fn grow(comm: NcclComm, size: usize, id: Option<&NcclUniqueId>, rank: i32, l
 pub fn release(comm: NcclComm, abort: bool) -> Result<(), String> {
     // SAFETY: the caller's communicator, released once and never used again.
     let (res, what) = unsafe {
-        if abort { (ncclCommAbort(comm), "ncclCommAbort") } else { (ncclCommDestroy(comm), "ncclCommDestroy") }
+        if abort {
+            (ncclCommAbort(comm), "ncclCommAbort")
+        } else {
+            (ncclCommDestroy(comm), "ncclCommDestroy")
+        }
     };
     check_nccl(res, what).map_err(|e| e.to_string())
 }
@@ -157,58 +195,114 @@ pub struct Gpu {
 }
 
 impl Gpu {
+    /// Whether the stream has run everything queued on it.
+    fn idle(&self) -> Result<bool, String> {
+        // SAFETY: this struct's own live stream.
+        unsafe { stream_ready(self.stream) }.map_err(|e| e.to_string())
+    }
+
     pub fn new(device: i32) -> Result<Gpu, GpuError> {
         let stream = create_stream(device)?; // also makes the device current on this thread
         let mut buf: CUdeviceptr = 0;
+        let api = cuda::driver("elastic")?;
         // SAFETY: writes one device pointer; the device's context is current.
-        check_cuda(unsafe { cuda::driver("elastic")?.cuMemAlloc_v2(&mut buf, COUNT * 4) }, "cuMemAlloc")?;
-        Ok(Gpu { stream, buf, host: vec![0.0; COUNT] })
+        let res = unsafe { api.cuMemAlloc_v2(&mut buf, COUNT * 4) };
+        check_cuda(res, "cuMemAlloc")?;
+        Ok(Gpu {
+            stream,
+            buf,
+            host: vec![0.0; COUNT],
+        })
     }
 
     /// One all-reduce of round `round` as rank `rank` of `size`, checked against the host's sum. Gives
     /// up (`Outcome::Lost`) when the rendezvous reports a dead rank, NCCL reports an error, or
     /// `deadline` passes.
-    pub fn all_reduce(&mut self, comm: NcclComm, rank: usize, size: usize, round: usize, who: &Membership, deadline: Duration) -> Result<Outcome, String> {
+    pub fn all_reduce(
+        &mut self,
+        comm: NcclComm,
+        rank: usize,
+        size: usize,
+        round: usize,
+        who: &Membership,
+        deadline: Duration,
+    ) -> Result<Outcome, String> {
         let start = Instant::now();
-        let lost = |how, detail: String| Ok(Outcome::Lost(Lost { how, detail, waited: start.elapsed() }));
+        let lost = |how, detail: String| {
+            Ok(Outcome::Lost(Lost {
+                how,
+                detail,
+                waited: start.elapsed(),
+            }))
+        };
         if !who.dead().is_empty() {
             return lost("rendezvous", format!("ranks {:?} died", who.dead()));
         }
         let api = cuda::driver("elastic").map_err(|e| e.to_string())?;
-        self.host.iter_mut().enumerate().for_each(|(i, v)| *v = share(rank, round, i));
+        self.host
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = share(rank, round, i));
         let ptr = self.buf as *mut c_void;
         // SAFETY: the buffer holds COUNT floats on this communicator's device, the stream is that
         // device's; the upload is queued before the all-reduce on the same stream.
         let res = unsafe {
-            check_cuda(api.cuMemcpyHtoDAsync_v2(self.buf, self.host.as_ptr().cast(), COUNT * 4, self.stream), "cuMemcpyHtoDAsync")
-                .map_err(|e| e.to_string())?;
-            ncclAllReduce(ptr, ptr, COUNT, NcclDataType::ncclFloat32, NcclRedOp::ncclSum, comm, self.stream)
+            check_cuda(
+                api.cuMemcpyHtoDAsync_v2(
+                    self.buf,
+                    self.host.as_ptr().cast(),
+                    COUNT * 4,
+                    self.stream,
+                ),
+                "cuMemcpyHtoDAsync",
+            )
+            .map_err(|e| e.to_string())?;
+            ncclAllReduce(
+                ptr,
+                ptr,
+                COUNT,
+                NcclDataType::ncclFloat32,
+                NcclRedOp::ncclSum,
+                comm,
+                self.stream,
+            )
         };
         if let Err(e) = accepted(res, "ncclAllReduce") {
             return lost("nccl", e);
         }
         let mut pause = Duration::from_micros(5);
         loop {
+            // Completion first: a rank that finished its last round may exit before this poll sees it.
+            match state(comm, "the all-reduce")? {
+                Some(Err(e)) => return lost("nccl", e),
+                Some(Ok(())) if self.idle()? => break,
+                _ => {}
+            }
             if !who.dead().is_empty() {
                 return lost("rendezvous", format!("ranks {:?} died", who.dead()));
             }
-            match state(comm, "the all-reduce")? {
-                Some(Err(e)) => return lost("nccl", e),
-                // SAFETY: the rank's own live stream.
-                Some(Ok(())) if unsafe { stream_ready(self.stream) }.map_err(|e| e.to_string())? => break,
-                _ => {}
-            }
             if start.elapsed() > deadline {
-                return lost("timeout", format!("the all-reduce did not finish within {deadline:?}"));
+                return lost(
+                    "timeout",
+                    format!("the all-reduce did not finish within {deadline:?}"),
+                );
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(MAX_PAUSE);
         }
         // SAFETY: copies COUNT floats back after the all-reduce (same stream), then waits for them.
         unsafe {
-            check_cuda(api.cuMemcpyDtoHAsync_v2(self.host.as_mut_ptr().cast(), self.buf, COUNT * 4, self.stream), "cuMemcpyDtoHAsync")
-                .and_then(|()| sync_stream(self.stream))
-                .map_err(|e| e.to_string())?;
+            check_cuda(
+                api.cuMemcpyDtoHAsync_v2(
+                    self.host.as_mut_ptr().cast(),
+                    self.buf,
+                    COUNT * 4,
+                    self.stream,
+                ),
+                "cuMemcpyDtoHAsync",
+            )
+            .and_then(|()| sync_stream(self.stream))
+            .map_err(|e| e.to_string())?;
         }
         let factor = size * (size + 1) / 2;
         match (0..COUNT).find(|&i| self.host[i] != (factor * (1 + (i * 7 + round) % 97)) as f32) {
@@ -224,11 +318,14 @@ impl Gpu {
 
 impl Drop for Gpu {
     fn drop(&mut self) {
-        // SAFETY: the buffer and stream are this struct's, idle (every wait above drained the stream or
-        // the communicator using it was revoked), released once.
-        let freed = cuda::driver("elastic")
-            .and_then(|api| check_cuda(unsafe { api.cuMemFree_v2(self.buf) }, "cuMemFree"))
-            .and_then(|()| unsafe { destroy_stream(self.stream) });
+        // The buffer and stream are this struct's and idle: every wait drained the stream, or the
+        // communicator using it was revoked (which drains it too).
+        let freed = cuda::driver("elastic").and_then(|api| {
+            // SAFETY: the buffer from cuMemAlloc, freed once.
+            check_cuda(unsafe { api.cuMemFree_v2(self.buf) }, "cuMemFree")?;
+            // SAFETY: the stream from create_stream, destroyed once.
+            unsafe { destroy_stream(self.stream) }
+        });
         if let Err(e) = freed {
             eprintln!("warning: releasing the GPU buffer: {e}");
         }

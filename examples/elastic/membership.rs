@@ -40,7 +40,9 @@ struct Roster {
 
 impl Roster {
     fn dead(&self) -> Vec<usize> {
-        (0..self.members.len()).filter(|&r| !self.members[r].alive).collect()
+        (0..self.members.len())
+            .filter(|&r| !self.members[r].alive)
+            .collect()
     }
 
     /// A watcher read end-of-file on connection `key`.
@@ -67,25 +69,48 @@ pub struct Coordinator {
 impl Coordinator {
     /// Listens on the port of `master` (every interface, as torchrun does), hands `id` to the other
     /// `world_size - 1` ranks and returns once all have connected, within `timeout`.
-    pub fn start(master: &str, world_size: usize, id: &str, timeout: Duration) -> Result<Coordinator, String> {
+    pub fn start(
+        master: &str,
+        world_size: usize,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<Coordinator, String> {
         let port = master
             .rsplit_once(':')
             .and_then(|(_, p)| p.parse::<u16>().ok())
             .ok_or(format!("--master '{master}' has no port"))?;
         let listener = TcpListener::bind(("0.0.0.0", port))
             .map_err(|e| format!("rank 0 cannot listen on port {port}: {e}"))?;
-        let me = Member { conn: None, key: 0, alive: true };
+        let me = Member {
+            conn: None,
+            key: 0,
+            alive: true,
+        };
         let roster: Shared<Roster> = Arc::new((
-            Mutex::new(Roster { members: vec![me], joiners: Vec::new() }),
+            Mutex::new(Roster {
+                members: vec![me],
+                joiners: Vec::new(),
+            }),
             Condvar::new(),
         ));
         for _ in 1..world_size {
-            roster.0.lock().map_err(|_| "poisoned")?.members.push(Member { conn: None, key: u64::MAX, alive: true });
+            roster
+                .0
+                .lock()
+                .map_err(|_| "poisoned")?
+                .members
+                .push(Member {
+                    conn: None,
+                    key: u64::MAX,
+                    alive: true,
+                });
         }
         let (shared, id) = (Arc::clone(&roster), id.to_string());
         std::thread::spawn(move || accept_loop(listener, shared, world_size, id));
         let coordinator = Coordinator { roster };
-        coordinator.wait_for(timeout, "every rank to connect", |r| r.members.iter().all(|m| m.key != u64::MAX))?;
+        coordinator.wait_for(timeout, "every rank to connect", |r| {
+            r.members.iter().all(|m| m.key != u64::MAX)
+        })?;
         Ok(coordinator)
     }
 
@@ -104,7 +129,9 @@ impl Coordinator {
     /// Waits for `count` replacements, then tells the survivors to grow and each replacement its rank
     /// and `id`; the grown size.
     pub fn grow(&self, count: usize, id: &str, timeout: Duration) -> Result<usize, String> {
-        self.wait_for(timeout, &format!("{count} replacement(s) to --join"), |r| r.joiners.len() >= count)?;
+        self.wait_for(timeout, &format!("{count} replacement(s) to --join"), |r| {
+            r.joiners.len() >= count
+        })?;
         let mut r = self.roster.0.lock().map_err(|_| "poisoned")?;
         let size = r.members.len() + count;
         for m in r.members.iter_mut() {
@@ -118,12 +145,21 @@ impl Coordinator {
             let rank = r.members.len();
             conn.write_all(format!("GROWID {rank} {size} {id}\n").as_bytes())
                 .map_err(|e| format!("sending the grow id to the replacement: {e}"))?;
-            r.members.push(Member { conn: Some(conn), key, alive: true });
+            r.members.push(Member {
+                conn: Some(conn),
+                key,
+                alive: true,
+            });
         }
         Ok(size)
     }
 
-    fn wait_for(&self, timeout: Duration, what: &str, done: impl Fn(&Roster) -> bool) -> Result<(), String> {
+    fn wait_for(
+        &self,
+        timeout: Duration,
+        what: &str,
+        done: impl Fn(&Roster) -> bool,
+    ) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
         let (lock, changed) = &*self.roster;
         let mut r = lock.lock().map_err(|_| "poisoned")?;
@@ -152,25 +188,47 @@ fn accept_loop(listener: TcpListener, roster: Shared<Roster>, world_size: usize,
     }
 }
 
-fn admit(conn: TcpStream, key: u64, roster: &Shared<Roster>, world_size: usize, id: &str) -> Result<(), String> {
+fn admit(
+    conn: TcpStream,
+    key: u64,
+    roster: &Shared<Roster>,
+    world_size: usize,
+    id: &str,
+) -> Result<(), String> {
     let peer = conn.peer_addr().map_err(|e| e.to_string())?;
     let mut reader = BufReader::new(conn.try_clone().map_err(|e| e.to_string())?);
     let mut hello = String::new();
-    reader.read_line(&mut hello).map_err(|e| format!("{peer}: {e}"))?;
+    reader
+        .read_line(&mut hello)
+        .map_err(|e| format!("{peer}: {e}"))?;
     {
         let (lock, changed) = &**roster;
         let mut r = lock.lock().map_err(|_| "poisoned")?;
         match hello.split_whitespace().collect::<Vec<_>>()[..] {
             ["HELLO", rank] => {
-                let rank: usize = rank.parse().map_err(|_| format!("{peer}: bad rank in {hello:?}"))?;
-                let slot = r.members.get_mut(rank).filter(|m| rank > 0 && rank < world_size && m.key == u64::MAX);
+                let rank: usize = rank
+                    .parse()
+                    .map_err(|_| format!("{peer}: bad rank in {hello:?}"))?;
+                let slot = r
+                    .members
+                    .get_mut(rank)
+                    .filter(|m| rank > 0 && rank < world_size && m.key == u64::MAX);
                 let slot = slot.ok_or(format!("{peer} claims rank {rank}: invalid or taken"))?;
                 let mut conn = conn;
-                conn.write_all(format!("ID {id}\n").as_bytes()).map_err(|e| format!("{peer}: {e}"))?;
-                *slot = Member { conn: Some(conn), key, alive: true };
+                conn.write_all(format!("ID {id}\n").as_bytes())
+                    .map_err(|e| format!("{peer}: {e}"))?;
+                *slot = Member {
+                    conn: Some(conn),
+                    key,
+                    alive: true,
+                };
             }
             ["JOIN"] => r.joiners.push((key, conn)),
-            _ => return Err(format!("{peer} is not a member of this job (said {hello:?})")),
+            _ => {
+                return Err(format!(
+                    "{peer} is not a member of this job (said {hello:?})"
+                ))
+            }
         }
         changed.notify_all();
     }
@@ -198,37 +256,57 @@ pub struct Client {
 impl Client {
     /// Connects to the coordinator (retrying until `timeout`: it may start later), says `hello`, and
     /// returns the connection's reader with the first reply line.
-    fn connect(master: &str, hello: &str, timeout: Duration) -> Result<(BufReader<TcpStream>, String), String> {
+    fn connect(
+        master: &str,
+        hello: &str,
+        timeout: Duration,
+    ) -> Result<(BufReader<TcpStream>, String), String> {
         let deadline = Instant::now() + timeout;
         let addrs: Vec<_> = master
             .to_socket_addrs()
             .map_err(|e| format!("cannot resolve --master '{master}': {e}"))?
             .collect();
         let mut conn = loop {
-            if let Some(c) = addrs.iter().find_map(|a| TcpStream::connect_timeout(a, Duration::from_millis(500)).ok()) {
+            if let Some(c) = addrs
+                .iter()
+                .find_map(|a| TcpStream::connect_timeout(a, Duration::from_millis(500)).ok())
+            {
                 break c;
             }
             if Instant::now() > deadline {
-                return Err(format!("rank 0 did not answer at {master} within {timeout:?}"));
+                return Err(format!(
+                    "rank 0 did not answer at {master} within {timeout:?}"
+                ));
             }
             std::thread::sleep(Duration::from_millis(50));
         };
-        conn.write_all(format!("{hello}\n").as_bytes()).map_err(|e| format!("{master}: {e}"))?;
-        conn.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))
-            .map_err(|e| e.to_string())?;
+        conn.write_all(format!("{hello}\n").as_bytes())
+            .map_err(|e| format!("{master}: {e}"))?;
+        conn.set_read_timeout(Some(
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1)),
+        ))
+        .map_err(|e| e.to_string())?;
         let mut reader = BufReader::new(conn);
         let mut reply = String::new();
         match reader.read_line(&mut reply) {
             Ok(n) if n > 0 => Ok((reader, reply)),
-            Ok(_) => Err(format!("rank 0 at {master} closed the connection (said {hello:?})")),
-            Err(e) => Err(format!("no answer from rank 0 at {master} within {timeout:?}: {e}")),
+            Ok(_) => Err(format!(
+                "rank 0 at {master} closed the connection (said {hello:?})"
+            )),
+            Err(e) => Err(format!(
+                "no answer from rank 0 at {master} within {timeout:?}: {e}"
+            )),
         }
     }
 
     /// A rank of the first world: its connection stays open; returns the unique id's hex.
     pub fn hello(master: &str, rank: u32, timeout: Duration) -> Result<(Client, String), String> {
         let (reader, reply) = Client::connect(master, &format!("HELLO {rank}"), timeout)?;
-        let id = reply.strip_prefix("ID ").ok_or(format!("rank 0 answered {reply:?}, not an id"))?;
+        let id = reply
+            .strip_prefix("ID ")
+            .ok_or(format!("rank 0 answered {reply:?}, not an id"))?;
         Ok((Client::listen(reader)?, id.trim().to_string()))
     }
 
@@ -237,16 +315,27 @@ impl Client {
         let (reader, reply) = Client::connect(master, "JOIN", timeout)?;
         match reply.split_whitespace().collect::<Vec<_>>()[..] {
             ["GROWID", rank, size, id] => {
-                let num = |s: &str| s.parse::<usize>().map_err(|_| format!("bad GROWID line {reply:?}"));
-                Ok((Client::listen(reader)?, num(rank)?, num(size)?, id.to_string()))
+                let num = |s: &str| {
+                    s.parse::<usize>()
+                        .map_err(|_| format!("bad GROWID line {reply:?}"))
+                };
+                Ok((
+                    Client::listen(reader)?,
+                    num(rank)?,
+                    num(size)?,
+                    id.to_string(),
+                ))
             }
             _ => Err(format!("rank 0 answered {reply:?}, not a grow id")),
         }
     }
 
-    /// From now on a thread files the coordinator's messages in the inbox; losing rank 0 is fatal.
+    /// From now on a thread files the coordinator's messages in the inbox.
     fn listen(reader: BufReader<TcpStream>) -> Result<Client, String> {
-        reader.get_ref().set_read_timeout(None).map_err(|e| e.to_string())?;
+        reader
+            .get_ref()
+            .set_read_timeout(None)
+            .map_err(|e| e.to_string())?;
         let inbox: Shared<Inbox> = Arc::default();
         let shared = Arc::clone(&inbox);
         std::thread::spawn(move || {
@@ -254,20 +343,26 @@ impl Client {
                 let (lock, changed) = &*shared;
                 let Ok(mut inbox) = lock.lock() else { return };
                 match line.split_whitespace().collect::<Vec<_>>()[..] {
-                    ["DEAD", list] => inbox.dead = list.split(',').filter_map(|r| r.parse().ok()).collect(),
+                    ["DEAD", list] => {
+                        inbox.dead = list.split(',').filter_map(|r| r.parse().ok()).collect()
+                    }
                     ["GROW", size] => inbox.grow = size.parse().ok(),
                     _ => eprintln!("unexpected message from rank 0: {line:?}"),
                 }
                 changed.notify_all();
             }
-            eprintln!("rank 0 (the coordinator) is gone: exiting");
-            std::process::exit(3);
+            // Rank 0 closed the connection: it finished, or died (which this design does not survive:
+            // the next collective then times out with nobody known dead, and the rank stops).
         });
         Ok(Client { inbox })
     }
 
     pub fn dead(&self) -> Vec<usize> {
-        self.inbox.0.lock().map(|i| i.dead.clone()).unwrap_or_default()
+        self.inbox
+            .0
+            .lock()
+            .map(|i| i.dead.clone())
+            .unwrap_or_default()
     }
 
     /// Waits (up to `timeout`) for `GROW`: the grown size.
@@ -277,7 +372,10 @@ impl Client {
         let (mut inbox, _) = changed
             .wait_timeout_while(inbox, timeout, |i| i.grow.is_none())
             .map_err(|_| "poisoned")?;
-        inbox.grow.take().ok_or(format!("rank 0 sent no GROW within {timeout:?}"))
+        inbox
+            .grow
+            .take()
+            .ok_or(format!("rank 0 sent no GROW within {timeout:?}"))
     }
 }
 
@@ -310,5 +408,9 @@ impl Membership {
 }
 
 fn join(ranks: &[usize]) -> String {
-    ranks.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
+    ranks
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }

@@ -25,14 +25,27 @@ pub struct Proc {
 /// (and `NCCL_NVLS_ENABLE=0` always).
 pub fn spawn_child(name: &str, scenario: &str, env: &[(&str, String)], remove: &[&str]) -> Proc {
     let exe = std::env::current_exe().expect("the test binary's path");
-    let args = [ENTRY, "--exact", "--ignored", "--nocapture", "--test-threads=1"].map(String::from);
+    let args = [
+        ENTRY,
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ]
+    .map(String::from);
     let mut env = env.to_vec();
     env.push((SCENARIO, scenario.to_string()));
     spawn(name, &exe, &args, &env, remove)
 }
 
 /// Runs `program` with `args`, `env` added (and `NCCL_NVLS_ENABLE=0`), `remove` removed.
-pub fn spawn(name: &str, program: &Path, args: &[String], env: &[(&str, String)], remove: &[&str]) -> Proc {
+pub fn spawn(
+    name: &str,
+    program: &Path,
+    args: &[String],
+    env: &[(&str, String)],
+    remove: &[&str],
+) -> Proc {
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env("NCCL_NVLS_ENABLE", "0")
@@ -66,7 +79,12 @@ pub fn spawn(name: &str, program: &Path, args: &[String], env: &[(&str, String)]
             }
         });
     }
-    Proc { name: name.to_string(), child, lines, log }
+    Proc {
+        name: name.to_string(),
+        child,
+        lines,
+        log,
+    }
 }
 
 impl Proc {
@@ -112,7 +130,12 @@ impl Proc {
     }
 
     pub fn dump(&self) {
-        println!("===== {} =====\n{}===== end of {} =====", self.name, self.output(), self.name);
+        println!(
+            "===== {} =====\n{}===== end of {} =====",
+            self.name,
+            self.output(),
+            self.name
+        );
     }
 
     /// Waits for the exit; fails the test, with its output, unless it exited with 0.

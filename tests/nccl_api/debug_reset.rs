@@ -32,7 +32,10 @@ fn reset_debug_init_makes_a_changed_nccl_debug_take_effect() {
 /// The child: the three steps above on a one-rank communicator on GPU 0.
 pub fn child() {
     let log = PathBuf::from(children::var("NCCL_DEBUG_FILE"));
-    assert!(std::env::var_os("NCCL_DEBUG").is_none(), "the parent removes NCCL_DEBUG");
+    assert!(
+        std::env::var_os("NCCL_DEBUG").is_none(),
+        "the parent removes NCCL_DEBUG"
+    );
     let written = || std::fs::read_to_string(&log).ok();
 
     init_and_destroy();
@@ -57,15 +60,26 @@ pub fn child() {
     unsafe { ncclResetDebugInit() };
     init_and_destroy();
     let text = written().unwrap_or_else(|| {
-        panic!("after ncclResetDebugInit, NCCL_DEBUG=INFO did not create {}", log.display())
+        panic!(
+            "after ncclResetDebugInit, NCCL_DEBUG=INFO did not create {}",
+            log.display()
+        )
     });
     let info: Vec<&str> = text.lines().filter(|l| l.contains("NCCL INFO")).collect();
     println!(
         "step 3: after ncclResetDebugInit: {} \"NCCL INFO\" lines, the first:\n  {}",
         info.len(),
-        info.iter().take(3).copied().collect::<Vec<_>>().join("\n  ")
+        info.iter()
+            .take(3)
+            .copied()
+            .collect::<Vec<_>>()
+            .join("\n  ")
     );
-    assert!(!info.is_empty(), "no \"NCCL INFO\" line in {}:\n{text}", log.display());
+    assert!(
+        !info.is_empty(),
+        "no \"NCCL INFO\" line in {}:\n{text}",
+        log.display()
+    );
     println!("DEBUG RESET CHILD OK");
 }
 
@@ -75,7 +89,11 @@ fn init_and_destroy() {
     let id = NcclUniqueId::new().expect("ncclGetUniqueId");
     let mut comm: NcclComm = std::ptr::null_mut();
     // SAFETY: writes one handle; the only rank on the current device.
-    check_nccl(unsafe { ncclCommInitRank(&mut comm, 1, id, 0) }, "ncclCommInitRank").expect("init");
+    check_nccl(
+        unsafe { ncclCommInitRank(&mut comm, 1, id, 0) },
+        "ncclCommInitRank",
+    )
+    .expect("init");
     // SAFETY: an idle communicator, destroyed once.
     check_nccl(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy").expect("destroy");
 }

@@ -8,7 +8,7 @@
 //! elastic` (`cargo build --release --example elastic` puts it there).
 
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::children::{spawn, Proc};
@@ -66,7 +66,9 @@ fn elastic_recovers_from_a_killed_rank_five_times() {
                 ]
                 .iter()
                 .filter(|(_, took, bound)| took > bound)
-                .map(|(what, took, bound)| format!("run {run}: {what} took {took:?}, over {bound:?}"))
+                .map(|(what, took, bound)| {
+                    format!("run {run}: {what} took {took:?}, over {bound:?}")
+                })
                 .collect();
                 failures.extend(misses);
                 rows.push((run, times));
@@ -90,14 +92,25 @@ fn elastic_recovers_from_a_killed_rank_five_times() {
     assert!(failures.is_empty(), "elastic:\n{}", failures.join("\n"));
 }
 
-fn one_run(bin: &PathBuf, run: usize) -> Result<Times, String> {
+fn one_run(bin: &Path, run: usize) -> Result<Times, String> {
     let master = format!("127.0.0.1:{}", free_port());
     let args = |role: &[&str]| -> Vec<String> {
         let deadline = DEADLINE.as_secs().to_string();
-        let common = ["--world-size", "2", "--master", &master, "--deadline", &deadline];
-        role.iter().chain(common.iter()).map(|s| s.to_string()).collect()
+        let common = [
+            "--world-size",
+            "2",
+            "--master",
+            &master,
+            "--deadline",
+            &deadline,
+        ];
+        role.iter()
+            .chain(common.iter())
+            .map(|s| s.to_string())
+            .collect()
     };
-    let start = |name: &str, role: &[&str]| spawn(&format!("run {run} {name}"), bin, &args(role), &[], &[]);
+    let start =
+        |name: &str, role: &[&str]| spawn(&format!("run {run} {name}"), bin, &args(role), &[], &[]);
     let mut rank0 = start("rank 0", &["--rank", "0", "--local-rank", "0"]);
     let mut rank1 = start("rank 1", &["--rank", "1", "--local-rank", "1"]);
     let mut joiner: Option<Proc> = None;
@@ -120,7 +133,10 @@ fn one_run(bin: &PathBuf, run: usize) -> Result<Times, String> {
         measured(&rank0.output(), killed_at)
     })();
     if result.is_err() {
-        for p in [Some(&rank0), Some(&rank1), joiner.as_ref()].into_iter().flatten() {
+        for p in [Some(&rank0), Some(&rank1), joiner.as_ref()]
+            .into_iter()
+            .flatten()
+        {
             p.dump();
         }
     }
@@ -163,7 +179,9 @@ fn measured(output: &str, killed_at: u128) -> Result<Times, String> {
 }
 
 fn unix_us(t: SystemTime) -> u128 {
-    t.duration_since(UNIX_EPOCH).map(|d| d.as_micros()).unwrap_or(0)
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0)
 }
 
 /// A port nobody listens on now (the example binds it a moment later).

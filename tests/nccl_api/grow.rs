@@ -15,7 +15,10 @@ const ROUNDS: usize = 3;
 
 /// A non-blocking config, so that every wait is bounded (`wait_ready`).
 fn non_blocking() -> NcclConfig {
-    NcclConfig { blocking: 0, ..NcclConfig::default() }
+    NcclConfig {
+        blocking: 0,
+        ..NcclConfig::default()
+    }
 }
 
 #[test]
@@ -30,7 +33,9 @@ fn grow_adds_a_rank_from_a_new_process() {
     accepted(res, "ncclCommInitRankConfig (1 rank)").expect("init");
     wait_ready(one, "ncclCommInitRankConfig (1 rank)", LIMIT).expect("one-rank communicator");
     let small = Rank::new(one);
-    small.all_reduce(COUNT, 0).expect("all-reduce on the one-rank communicator");
+    small
+        .all_reduce(COUNT, 0)
+        .expect("all-reduce on the one-rank communicator");
 
     let mut grow_id = NcclUniqueId::from_bytes([0; NcclUniqueId::BYTES]);
     // SAFETY: a live, idle communicator; writes one id.
@@ -53,9 +58,14 @@ fn grow_adds_a_rank_from_a_new_process() {
         panic!("{e}");
     }
     let big = Rank::new(grown);
-    assert_eq!(big.rank_and_size(), (0, 2), "rank 0's rank and size after the grow");
+    assert_eq!(
+        big.rank_and_size(),
+        (0, 2),
+        "rank 0's rank and size after the grow"
+    );
     for round in 1..=ROUNDS {
-        big.all_reduce(COUNT, round).expect("all-reduce on the grown communicator");
+        big.all_reduce(COUNT, round)
+            .expect("all-reduce on the grown communicator");
     }
     println!("ok    rank 0: {ROUNDS} all-reduces of {COUNT} floats on the grown communicator");
     teardown(vec![big, small], true);
@@ -68,13 +78,23 @@ pub fn child() {
     cuda::use_device(1, "grow child").expect("use_device");
     let mut comm: NcclComm = std::ptr::null_mut();
     // SAFETY: a new rank passes no communicator, the id and its rank (nccl.h); writes one handle.
-    let res = unsafe { ncclCommGrow(std::ptr::null_mut(), 2, &id, 1, &mut comm, &mut non_blocking()) };
+    let res = unsafe {
+        ncclCommGrow(
+            std::ptr::null_mut(),
+            2,
+            &id,
+            1,
+            &mut comm,
+            &mut non_blocking(),
+        )
+    };
     accepted(res, "ncclCommGrow (new rank 1)").expect("grow");
     wait_ready(comm, "ncclCommGrow (new rank 1)", LIMIT).expect("grown communicator");
     let rank = Rank::new(comm);
     assert_eq!(rank.rank_and_size(), (1, 2), "the new rank's rank and size");
     for round in 1..=ROUNDS {
-        rank.all_reduce(COUNT, round).expect("all-reduce on the grown communicator");
+        rank.all_reduce(COUNT, round)
+            .expect("all-reduce on the grown communicator");
     }
     teardown(vec![rank], true);
     println!("GROW CHILD OK");

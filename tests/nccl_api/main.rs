@@ -35,6 +35,9 @@ fn child_process_entry() {
         #[cfg(nccl_2_29)]
         Ok("grow") => grow::child(),
         Ok(other) => panic!("unknown child scenario {other:?}"),
-        Err(_) => println!("not a child process ({} unset): nothing to do", children::SCENARIO),
+        Err(_) => println!(
+            "not a child process ({} unset): nothing to do",
+            children::SCENARIO
+        ),
     }
 }

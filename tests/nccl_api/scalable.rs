@@ -11,7 +11,10 @@ use crate::support::*;
 fn init_rank_scalable_with_two_ids_all_reduces() {
     gpus();
     let n = MIN_GPUS;
-    let mut ids = [NcclUniqueId::new().expect("id 0"), NcclUniqueId::new().expect("id 1")];
+    let mut ids = [
+        NcclUniqueId::new().expect("id 0"),
+        NcclUniqueId::new().expect("id 1"),
+    ];
     let mut comms: Vec<NcclComm> = vec![std::ptr::null_mut(); n];
     let mut configs = vec![NcclConfig::default(); n];
     group("ncclCommInitRankScalable", n, |r| {
@@ -32,7 +35,11 @@ fn init_rank_scalable_with_two_ids_all_reduces() {
     .expect("ncclCommInitRankScalable with 2 unique ids on 2 GPUs");
     let ranks: Vec<Rank> = comms.into_iter().map(Rank::new).collect();
     for (r, rank) in ranks.iter().enumerate() {
-        assert_eq!(rank.rank_and_size(), (r, n), "ncclCommUserRank / ncclCommCount");
+        assert_eq!(
+            rank.rank_and_size(),
+            (r, n),
+            "ncclCommUserRank / ncclCommCount"
+        );
     }
     for (round, count) in [1, 1001, 1 << 22].into_iter().enumerate() {
         all_reduce_group(&ranks, count, round)

@@ -29,12 +29,20 @@ pub fn gpus() -> usize {
          forbidden on the GPU host), found {nvls:?}"
     );
     metrale_gpu_sys::version::check_library_version().expect("libnccl not older than the headers");
-    let api = cuda::driver("nccl_api test")
-        .unwrap_or_else(|e| panic!("needs {MIN_GPUS} GPUs, but the CUDA driver is unavailable: {e}"));
+    let api = cuda::driver("nccl_api test").unwrap_or_else(|e| {
+        panic!("needs {MIN_GPUS} GPUs, but the CUDA driver is unavailable: {e}")
+    });
     let mut count = 0;
     // SAFETY: writes one int through a valid pointer.
-    check_cuda(unsafe { api.cuDeviceGetCount(&mut count) }, "cuDeviceGetCount").expect("count");
-    assert!(count as usize >= MIN_GPUS, "needs {MIN_GPUS} GPUs, found {count}");
+    check_cuda(
+        unsafe { api.cuDeviceGetCount(&mut count) },
+        "cuDeviceGetCount",
+    )
+    .expect("count");
+    assert!(
+        count as usize >= MIN_GPUS,
+        "needs {MIN_GPUS} GPUs, found {count}"
+    );
     count as usize
 }
 
@@ -53,18 +61,32 @@ impl Buf {
         // SAFETY: writes one device pointer; the device's context is current.
         check_cuda(unsafe { api.cuMemAlloc_v2(&mut ptr, bytes) }, "cuMemAlloc")
             .unwrap_or_else(|e| panic!("cuMemAlloc of {bytes} bytes on GPU {dev}: {e}"));
-        Buf { dev, ptr, bytes, from_nccl: false }
+        Buf {
+            dev,
+            ptr,
+            bytes,
+            from_nccl: false,
+        }
     }
 
     pub fn nccl(dev: i32, bytes: usize) -> Buf {
         let ptr = nccl_mem_alloc(dev, bytes)
             .unwrap_or_else(|e| panic!("ncclMemAlloc of {bytes} bytes on GPU {dev}: {e}"));
-        Buf { dev, ptr: ptr as CUdeviceptr, bytes, from_nccl: true }
+        Buf {
+            dev,
+            ptr: ptr as CUdeviceptr,
+            bytes,
+            from_nccl: true,
+        }
     }
 
     /// The address `offset` bytes in.
     pub fn at(&self, offset: usize) -> *mut c_void {
-        assert!(offset <= self.bytes, "offset {offset} past {} bytes", self.bytes);
+        assert!(
+            offset <= self.bytes,
+            "offset {offset} past {} bytes",
+            self.bytes
+        );
         (self.ptr + offset as CUdeviceptr) as *mut c_void
     }
 
@@ -73,7 +95,12 @@ impl Buf {
         assert!(offset + data.len() <= self.bytes);
         // SAFETY: reads data.len() bytes of `data`, writes inside the allocation; a live stream.
         let res = unsafe {
-            api().cuMemcpyHtoDAsync_v2(self.ptr + offset as u64, data.as_ptr().cast(), data.len(), stream)
+            api().cuMemcpyHtoDAsync_v2(
+                self.ptr + offset as u64,
+                data.as_ptr().cast(),
+                data.len(),
+                stream,
+            )
         };
         check_cuda(res, "cuMemcpyHtoDAsync").expect("upload");
     }
@@ -111,7 +138,10 @@ impl Drop for Buf {
             })
         };
         if let Err(e) = freed {
-            eprintln!("warning: freeing {} bytes on GPU {}: {e}", self.bytes, self.dev);
+            eprintln!(
+                "warning: freeing {} bytes on GPU {}: {e}",
+                self.bytes, self.dev
+            );
         }
     }
 }
@@ -156,8 +186,16 @@ impl Rank {
     pub fn new(comm: NcclComm) -> Rank {
         let mut dev = -1;
         // SAFETY: a live communicator; writes one int.
-        check_nccl(unsafe { ncclCommCuDevice(comm, &mut dev) }, "ncclCommCuDevice").expect("device");
-        Rank { comm, dev, stream: create_stream(dev).expect("create_stream") }
+        check_nccl(
+            unsafe { ncclCommCuDevice(comm, &mut dev) },
+            "ncclCommCuDevice",
+        )
+        .expect("device");
+        Rank {
+            comm,
+            dev,
+            stream: create_stream(dev).expect("create_stream"),
+        }
     }
 
     /// `ncclCommUserRank` and `ncclCommCount`.
@@ -179,7 +217,15 @@ impl Rank {
         buf.upload(0, &f32_bytes(&mine), self.stream);
         // SAFETY: buf holds `count` floats on this communicator's device; the stream is that device's.
         unsafe {
-            ncclAllReduce(buf.at(0), buf.at(0), count, NcclDataType::ncclFloat32, NcclRedOp::ncclSum, self.comm, self.stream)
+            ncclAllReduce(
+                buf.at(0),
+                buf.at(0),
+                count,
+                NcclDataType::ncclFloat32,
+                NcclRedOp::ncclSum,
+                self.comm,
+                self.stream,
+            )
         }
     }
 
@@ -189,13 +235,15 @@ impl Rank {
         let got = bytes_f32(&buf.download(self.stream));
         match (0..count).find(|&i| got[i] != expected_sum(size, round, i)) {
             None => Ok(()),
-            Some(i) => Err(format!(
+            Some(i) => {
+                Err(format!(
                 "rank {rank} of {size}: all-reduce round {round}: element {i} is {}, expected {} \
                  ({} of {count} elements wrong)",
                 got[i],
                 expected_sum(size, round, i),
                 (0..count).filter(|&i| got[i] != expected_sum(size, round, i)).count()
-            )),
+            ))
+            }
         }
     }
 
@@ -213,12 +261,17 @@ impl Rank {
 /// Every rank from this thread: one all-reduce in one group, waited for, checked on every rank.
 pub fn all_reduce_group(ranks: &[Rank], count: usize, round: usize) -> Result<(), String> {
     let bufs: Vec<Buf> = ranks.iter().map(|r| Buf::cuda(r.dev, count * 4)).collect();
-    group("ncclAllReduce", ranks.len(), |i| ranks[i].enqueue_all_reduce(&bufs[i], count, round))?;
+    group("ncclAllReduce", ranks.len(), |i| {
+        ranks[i].enqueue_all_reduce(&bufs[i], count, round)
+    })?;
     for r in ranks {
         wait_ready(r.comm, "ncclAllReduce", LIMIT)?;
         wait_stream(r.stream, "the all-reduce", LIMIT)?;
     }
-    ranks.iter().zip(&bufs).try_for_each(|(r, b)| r.check_all_reduce(b, count, round))
+    ranks
+        .iter()
+        .zip(&bufs)
+        .try_for_each(|(r, b)| r.check_all_reduce(b, count, round))
 }
 
 /// `f(i)` for i in 0..n inside one `ncclGroupStart/End`; every status must be success or in progress.
@@ -283,7 +336,10 @@ pub fn init_ranks(n: usize, blocking: bool) -> Vec<Rank> {
     let id = NcclUniqueId::new().expect("ncclGetUniqueId");
     let mut comms: Vec<NcclComm> = vec![std::ptr::null_mut(); n];
     let mut configs: Vec<NcclConfig> = (0..n)
-        .map(|_| NcclConfig { blocking: blocking as i32, ..NcclConfig::default() })
+        .map(|_| NcclConfig {
+            blocking: blocking as i32,
+            ..NcclConfig::default()
+        })
         .collect();
     group("ncclCommInitRankConfig", n, |r| {
         cuda::use_device(r as i32, "init").expect("use_device");
@@ -319,5 +375,9 @@ pub fn id_from_hex(hex: &str) -> NcclUniqueId {
     let bytes: Vec<u8> = (0..hex.len() / 2)
         .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex digits"))
         .collect();
-    NcclUniqueId::from_bytes(bytes.try_into().expect("a unique id of NCCL_UNIQUE_ID_BYTES bytes"))
+    NcclUniqueId::from_bytes(
+        bytes
+            .try_into()
+            .expect("a unique id of NCCL_UNIQUE_ID_BYTES bytes"),
+    )
 }

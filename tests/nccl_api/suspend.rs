@@ -28,14 +28,14 @@ fn snapshot(comm: NcclComm) -> Result<Snapshot, String> {
     let stat = |which: ncclCommMemStat_t| -> Result<u64, String> {
         let mut value = 0;
         // SAFETY: a live communicator; writes one u64.
-        check_nccl(unsafe { ncclCommMemStats(comm, which, &mut value) }, "ncclCommMemStats")
-            .map_err(|e| e.to_string())?;
+        let res = unsafe { ncclCommMemStats(comm, which, &mut value) };
+        check_nccl(res, "ncclCommMemStats").map_err(|e| e.to_string())?;
         Ok(value)
     };
     let (mut free, mut total) = (0, 0);
     // SAFETY: writes two sizes; the communicator's device is current on this thread.
-    check_cuda(unsafe { api().cuMemGetInfo_v2(&mut free, &mut total) }, "cuMemGetInfo")
-        .map_err(|e| e.to_string())?;
+    let res = unsafe { api().cuMemGetInfo_v2(&mut free, &mut total) };
+    check_cuda(res, "cuMemGetInfo").map_err(|e| e.to_string())?;
     Ok(Snapshot {
         suspendable: stat(ncclCommMemStat_t::ncclStatGpuMemSuspend)?,
         suspended: stat(ncclCommMemStat_t::ncclStatGpuMemSuspended)?,
@@ -78,7 +78,10 @@ fn suspend_releases_memory_and_resume_restores_it() {
             .iter()
             .map(|r| s.spawn(|| suspend_and_resume(r, &barrier)))
             .collect();
-        threads.into_iter().map(|t| t.join().expect("rank thread")).collect()
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("rank thread"))
+            .collect()
     });
     let mut failures = Vec::new();
     for (r, result) in results.into_iter().enumerate() {
@@ -106,11 +109,23 @@ fn suspend_releases_memory_and_resume_restores_it() {
         );
         let half = before.suspendable as i64 / 2;
         let checks = [
-            (before.suspendable > 0, "NCCL tracks suspendable memory after an all-reduce (ncclStatGpuMemSuspend > 0)"),
-            ((before.suspended, during.suspended, after.suspended) == (0, 1, 0), "ncclStatGpuMemSuspended is 0, 1 while suspended, 0 again"),
-            (released >= half, "suspending frees at least half of ncclStatGpuMemSuspend on the device"),
+            (
+                before.suspendable > 0,
+                "NCCL tracks suspendable memory after an all-reduce (ncclStatGpuMemSuspend > 0)",
+            ),
+            (
+                (before.suspended, during.suspended, after.suspended) == (0, 1, 0),
+                "ncclStatGpuMemSuspended is 0, 1 while suspended, 0 again",
+            ),
+            (
+                released >= half,
+                "suspending frees at least half of ncclStatGpuMemSuspend on the device",
+            ),
             (retaken >= half, "resuming takes at least half of it again"),
-            (after.suspendable == before.suspendable, "ncclStatGpuMemSuspend is the same after resuming"),
+            (
+                after.suspendable == before.suspendable,
+                "ncclStatGpuMemSuspend is the same after resuming",
+            ),
         ];
         for (ok, what) in checks {
             if !ok {
@@ -126,5 +141,9 @@ fn suspend_releases_memory_and_resume_restores_it() {
         }
     }
     teardown(ranks, true);
-    assert!(failures.is_empty(), "suspend/resume:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "suspend/resume:\n{}",
+        failures.join("\n")
+    );
 }
