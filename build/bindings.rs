@@ -68,17 +68,74 @@ pub fn generate(inputs: &Inputs) -> Result<(), String> {
         .allowlist_type("nccl.*")
         .allowlist_var("NCCL_.*|METRALE_.*")
         .allowlist_type(DRIVER_TYPES)
-        .allowlist_var("CUDA_VERSION");
+        .allowlist_var("CUDA_VERSION")
+        // Written by hand in src/: CUresult prints its name, the unique id its bytes in hex.
+        .no_debug("cudaError_enum|ncclUniqueId");
     write(nccl, &inputs.out_dir.join("bindings.rs"))?;
 
+    let names = CuresultNames::default();
     let driver = base(inputs)
+        .parse_callbacks(Box::new(names.clone()))
         .allowlist_function(DRIVER_FUNCTIONS.join("|"))
         .allowlist_recursively(false)
         .dynamic_library_name("DriverApi")
         .dynamic_link_require_all(true)
         .generate_comments(false)
         .layout_tests(false);
-    write(driver, &inputs.out_dir.join("cuda_driver.rs"))
+    let path = inputs.out_dir.join("cuda_driver.rs");
+    write(driver, &path)?;
+    append(&path, &names.table())
+}
+
+/// Collects `cudaError_enum`'s names and values as bindgen parses cuda.h, for `CUresult`'s `Debug`.
+#[derive(Debug, Default, Clone)]
+struct CuresultNames(std::sync::Arc<std::sync::Mutex<Vec<(u64, String)>>>);
+
+impl bindgen::callbacks::ParseCallbacks for CuresultNames {
+    fn enum_variant_name(
+        &self,
+        enum_name: Option<&str>,
+        name: &str,
+        value: bindgen::callbacks::EnumVariantValue,
+    ) -> Option<String> {
+        use bindgen::callbacks::EnumVariantValue::{Signed, Unsigned};
+        let value = match value {
+            Unsigned(v) => Some(v),
+            Signed(v) => u64::try_from(v).ok(),
+            _ => None,
+        };
+        if let (Some(value), Some(true)) = (value, enum_name.map(|e| e.ends_with("cudaError_enum")))
+        {
+            let mut names = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            if !names.iter().any(|(_, n)| n == name) {
+                names.push((value, name.to_string()));
+            }
+        }
+        None
+    }
+}
+
+impl CuresultNames {
+    fn table(&self) -> String {
+        let names = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let rows: String = names
+            .iter()
+            .map(|(value, name)| format!("    ({value}, \"{name}\"),\n"))
+            .collect();
+        format!(
+            "\n/// `cudaError_enum`'s values and names, as cuda.h lists them (for `CUresult`'s `Debug`).\n\
+             pub const CURESULT_NAMES: &[(::std::os::raw::c_uint, &str)] = &[\n{rows}];\n"
+        )
+    }
+}
+
+fn append(path: &Path, text: &str) -> Result<(), String> {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .and_then(|mut file| file.write_all(text.as_bytes()))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 fn base(inputs: &Inputs) -> bindgen::Builder {

@@ -538,7 +538,7 @@ impl<'a> Bench<'a> {
         } else {
             Vec::new()
         };
-        let timed = (|| {
+        let timed = (|| -> Result<f32, GpuError> {
             for g in &self.gpus.list {
                 // SAFETY: the event and the stream are live and belong to the same device.
                 unsafe { record_event(g.start, g.stream)? };

@@ -21,29 +21,38 @@ pub use api::DriverApi;
 /// The file name the driver is loaded by; the dynamic loader searches its usual path.
 pub const DRIVER_LIBRARY: &str = "libcuda.so.1";
 
-static DRIVER: OnceLock<Result<DriverApi, GpuError>> = OnceLock::new();
+/// The driver once loaded: kept for the process's life (a static is never dropped) whether or not `cuInit`
+/// succeeded, since unloading a driver whose functions ran is not safe. `Err` only when loading or
+/// resolving failed, before any of its functions ran.
+static DRIVER: OnceLock<Result<Loaded, GpuError>> = OnceLock::new();
+
+struct Loaded {
+    api: DriverApi,
+    /// `cuInit`'s outcome.
+    init: Result<(), GpuError>,
+}
 
 /// The loaded and initialised driver, or why it is unavailable (no driver, a driver older than the
 /// headers, or `cuInit` failing, e.g. no GPU). `context` names the caller in the error.
 #[inline]
 pub fn driver(context: &str) -> Result<&'static DriverApi, GpuError> {
     match DRIVER.get() {
-        Some(Ok(api)) => Ok(api),
+        Some(Ok(Loaded { api, init: Ok(()) })) => Ok(api),
         _ => driver_slow(context),
     }
 }
 
-/// The first call (loading the driver), and every call once loading has failed.
+/// The first call (loading the driver), and every call once loading or initialising has failed.
 #[cold]
 #[inline(never)]
 fn driver_slow(context: &str) -> Result<&'static DriverApi, GpuError> {
     match DRIVER.get_or_init(load) {
-        Ok(api) => Ok(api),
-        Err(e) => Err(with_context(e.clone(), context)),
+        Ok(Loaded { api, init: Ok(()) }) => Ok(api),
+        Ok(Loaded { init: Err(e), .. }) | Err(e) => Err(with_context(e.clone(), context)),
     }
 }
 
-fn load() -> Result<DriverApi, GpuError> {
+fn load() -> Result<Loaded, GpuError> {
     let unavailable = |reason: String| GpuError::DriverUnavailable {
         context: String::new(),
         reason,
@@ -56,7 +65,8 @@ fn load() -> Result<DriverApi, GpuError> {
              on a machine without a GPU this is expected"
         ))
     })?;
-    // SAFETY: every symbol is looked up with the signature cuda.h declares for it.
+    // SAFETY: every symbol is looked up with the signature cuda.h declares for it. Nothing has been called
+    // yet, so on failure the library may be unloaded.
     let api = unsafe { DriverApi::from_library(library) }.map_err(|e| {
         unavailable(format!(
             "{DRIVER_LIBRARY} lacks a function of the CUDA {}.{} headers ({e}): the driver is older than \
@@ -66,8 +76,8 @@ fn load() -> Result<DriverApi, GpuError> {
         ))
     })?;
     // SAFETY: cuInit takes flags 0 and may be called any number of times.
-    check_with(&api, unsafe { api.cuInit(0) }, "cuInit")?;
-    Ok(api)
+    let init = check_with(&api, unsafe { api.cuInit(0) }, "cuInit");
+    Ok(Loaded { api, init })
 }
 
 fn with_context(error: GpuError, context: &str) -> GpuError {
@@ -88,8 +98,9 @@ fn with_context(error: GpuError, context: &str) -> GpuError {
     }
 }
 
-/// `Ok(())` for `CUDA_SUCCESS`; otherwise an error with `context`, the code, `cuGetErrorName` and
-/// `cuGetErrorString`.
+/// `Ok(())` for `CUDA_SUCCESS`; otherwise [`GpuError::Cuda`] with `context`, the code, `cuGetErrorName`
+/// and `cuGetErrorString` (named even where `cuInit` failed); [`GpuError::DriverUnavailable`] only when
+/// the driver cannot be loaded at all, so nothing can name the code.
 #[inline]
 pub fn check_cuda(result: CUresult, context: &str) -> Result<(), GpuError> {
     if result == CUresult::CUDA_SUCCESS {
@@ -98,10 +109,15 @@ pub fn check_cuda(result: CUresult, context: &str) -> Result<(), GpuError> {
     cuda_error(result, context)
 }
 
+/// The caller's code stays the error's code, named by the driver whenever it is loaded (even where
+/// `cuInit` failed: the names need no initialised driver).
 #[cold]
 #[inline(never)]
 fn cuda_error(result: CUresult, context: &str) -> Result<(), GpuError> {
-    check_with(driver(context)?, result, context)
+    match DRIVER.get_or_init(load) {
+        Ok(loaded) => check_with(&loaded.api, result, context),
+        Err(e) => Err(with_context(e.clone(), context)),
+    }
 }
 
 fn check_with(api: &DriverApi, result: CUresult, context: &str) -> Result<(), GpuError> {
@@ -121,6 +137,36 @@ fn check_with(api: &DriverApi, result: CUresult, context: &str) -> Result<(), Gp
         name: name.unwrap_or_else(|| "an unknown CUresult".into()),
         text: text.unwrap_or_else(|| "no description".into()),
     })
+}
+
+impl CUresult {
+    /// The name cuda.h gives this code (`CUDA_ERROR_OUT_OF_MEMORY`), `None` for a code it does not list.
+    pub fn name(self) -> Option<&'static str> {
+        api::CURESULT_NAMES
+            .iter()
+            .find(|(value, _)| *value == self.0)
+            .map(|(_, name)| *name)
+    }
+}
+
+/// `CUresult(CUDA_ERROR_OUT_OF_MEMORY = 2)`; `CUresult(12345)` for a code cuda.h does not list.
+impl std::fmt::Debug for CUresult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.name() {
+            Some(name) => write!(f, "CUresult({name} = {})", self.0),
+            None => write!(f, "CUresult({})", self.0),
+        }
+    }
+}
+
+/// The name alone (`CUDA_ERROR_OUT_OF_MEMORY`), or `CUresult 12345` for a code cuda.h does not list.
+impl std::fmt::Display for CUresult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.name() {
+            Some(name) => f.write_str(name),
+            None => write!(f, "CUresult {}", self.0),
+        }
+    }
 }
 
 /// Primary contexts retained so far, by device ordinal (retained once, kept for the process's life,

@@ -1,7 +1,9 @@
 //! Values nccl.h gives as initializer macros, taken from the C shim so they are exactly the installed
 //! header's, and the unique id's conversion to bytes for sending between processes.
 
-use crate::bindings::{ncclGetUniqueId, ncclUniqueId, METRALE_NCCL_CONFIG_UNDEF_INT};
+use std::ffi::CStr;
+
+use crate::bindings::{ncclConfig_t, ncclGetUniqueId, ncclUniqueId, METRALE_NCCL_CONFIG_UNDEF_INT};
 use crate::error::{check_nccl, GpuError};
 
 /// `NCCL_CONFIG_UNDEF_INT`: the value of a config field left to NCCL's default (`INT_MIN`).
@@ -50,6 +52,10 @@ impl ncclUniqueId {
     pub const BYTES: usize = crate::bindings::NCCL_UNIQUE_ID_BYTES as usize;
 
     /// A new id from `ncclGetUniqueId`, for rank 0 to hand to the other ranks.
+    ///
+    /// Not free: NCCL starts its bootstrap root for the id, a thread listening on a socket, which lasts
+    /// until every rank has joined through the id (the communicator's init); an id never used keeps its
+    /// thread and socket for the process's life. Create one per communicator, when it is about to be used.
     pub fn new() -> Result<ncclUniqueId, GpuError> {
         let mut id = ncclUniqueId {
             internal: [0; Self::BYTES],
@@ -69,6 +75,26 @@ impl ncclUniqueId {
         ncclUniqueId {
             internal: bytes.map(|b| b as std::os::raw::c_char),
         }
+    }
+}
+
+/// `ncclUniqueId(0a1b…)`: the bytes in hex, as one word.
+impl std::fmt::Debug for ncclUniqueId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ncclUniqueId(")?;
+        for byte in self.to_bytes() {
+            write!(f, "{byte:02x}")?;
+        }
+        f.write_str(")")
+    }
+}
+
+impl ncclConfig_t {
+    /// Sets `commName`, the communicator's name in NCCL's logs and profiler, from a string that lives for
+    /// the whole program, as NCCL needs: see [`NcclConfig`](crate::nccl::NcclConfig). For a name built
+    /// at run time, `CString::leak` gives one (a few bytes per communicator).
+    pub fn set_comm_name(&mut self, name: &'static CStr) {
+        self.commName = name.as_ptr();
     }
 }
 
