@@ -200,8 +200,8 @@ fn run(o: &Options) -> Result<u64, Box<dyn Error>> {
     let library = version::check_library_version()?;
     let api = cuda::driver("perf")?;
     let mut available = 0;
-    // SAFETY: writes one int through a valid pointer.
     check_cuda(
+        // SAFETY: writes one int through a valid pointer.
         unsafe { api.cuDeviceGetCount(&mut available) },
         "cuDeviceGetCount",
     )?;
@@ -370,8 +370,8 @@ impl<'a> Bench<'a> {
         }
         let devices: Vec<i32> = (0..o.gpus as i32).collect();
         let mut comms: Vec<NcclComm> = vec![std::ptr::null_mut(); o.gpus];
-        // SAFETY: comms has room for o.gpus handles; devices lists as many ordinals.
         check_nccl(
+            // SAFETY: comms has room for o.gpus handles; devices lists as many ordinals.
             unsafe { ncclCommInitAll(comms.as_mut_ptr(), o.gpus as i32, devices.as_ptr()) },
             "ncclCommInitAll",
         )?;
@@ -450,7 +450,7 @@ impl<'a> Bench<'a> {
         let (sendp, recvp) = (send as *const c_void, recv as *mut c_void);
         let root = self.o.root as i32;
         let n = self.gpus.list.len();
-        // SAFETY (all calls below): guaranteed by the caller; comm and stream are g's.
+        // SAFETY: for every call below: guaranteed by the caller; comm and stream are g's.
         unsafe {
             match self.o.coll {
                 Coll::AllReduce => check_nccl(
@@ -550,8 +550,8 @@ impl<'a> Bench<'a> {
             } else {
                 for _ in 0..o.graph_launches {
                     for (g, &exec) in self.gpus.list.iter().zip(&execs) {
-                        // SAFETY: exec was instantiated from a capture of g's stream and is live.
                         check_cuda(
+                            // SAFETY: exec was instantiated from a capture of g's stream and is live.
                             unsafe { api.cuGraphLaunch(exec, g.stream) },
                             "cuGraphLaunch",
                         )?;
@@ -595,8 +595,8 @@ impl<'a> Bench<'a> {
     fn capture(&self, s: &Shape, in_place: bool) -> Result<Vec<CUgraphExec>, GpuError> {
         let api = self.api;
         for g in &self.gpus.list {
-            // SAFETY: the stream is live and idle.
             check_cuda(
+                // SAFETY: the stream is live and idle.
                 unsafe {
                     api.cuStreamBeginCapture_v2(
                         g.stream,
@@ -627,16 +627,16 @@ impl<'a> Bench<'a> {
             for (g, &graph) in self.gpus.list.iter().zip(&graphs) {
                 cuda::use_device(g.device, "cuGraphInstantiate")?;
                 let mut exec: CUgraphExec = std::ptr::null_mut();
-                // SAFETY: graph is a live graph from the capture; writes one handle.
                 check_cuda(
+                    // SAFETY: graph is a live graph from the capture; writes one handle.
                     unsafe { api.cuGraphInstantiateWithFlags(&mut exec, graph, 0) },
                     "cuGraphInstantiate",
                 )?;
                 execs.push(exec);
             }
             for (g, &exec) in self.gpus.list.iter().zip(&execs) {
-                // SAFETY: exec is live; g's stream is the stream it was captured from.
                 check_cuda(
+                    // SAFETY: exec is live; g's stream is the stream it was captured from.
                     unsafe { api.cuGraphLaunch(exec, g.stream) },
                     "cuGraphLaunch",
                 )?;

@@ -336,12 +336,12 @@ pub(crate) fn nccl_error(result: ncclResult_t, context: &str) -> GpuError {
 /// # Safety
 /// `ptr` is NULL or points to a NUL-terminated string that lives for the duration of the call.
 pub(crate) unsafe fn c_text(ptr: *const std::os::raw::c_char) -> Option<String> {
-    // SAFETY: guaranteed by the caller.
-    (!ptr.is_null()).then(|| {
-        unsafe { CStr::from_ptr(ptr) }
-            .to_string_lossy()
-            .into_owned()
-    })
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: not NULL, so a NUL-terminated string that lives for the call, as the caller promises.
+    let text = unsafe { CStr::from_ptr(ptr) };
+    Some(text.to_string_lossy().into_owned())
 }
 
 /// Copies the text of a C buffer of `size` bytes, up to its first NUL or its end; `None` for NULL.

@@ -6,6 +6,7 @@
 //!   ([`NcclComm`], [`NcclConfig`], [`NcclUniqueId`], [`NcclDataType`], [`NcclRedOp`], [`NcclResult`]) and
 //!   the helpers ([`check_nccl`], [`create_stream`] … [`stream_ready`], [`nccl_mem_alloc`], [`nccl_mem_free`]).
 //! - [`cuda`]: the driver, loaded at run time (machines without a GPU have no `libcuda.so.1`).
+//! - [`stream`]: the stream and event helpers, and the contract every handle passed to them follows.
 //! - [`version`]: the headers' NCCL version against the loaded library's.
 //! - [`watchdog`]: waits with a deadline that abort the communicator instead of hanging.
 //!
@@ -118,7 +119,9 @@ pub mod bindings {
         missing_docs
     )]
     #![allow(
+        unsafe_op_in_unsafe_fn,
         clippy::missing_safety_doc,
+        clippy::undocumented_unsafe_blocks,
         clippy::useless_transmute,
         clippy::ptr_offset_with_cast
     )]
@@ -127,10 +130,11 @@ pub mod bindings {
 
 pub mod cuda;
 mod error;
-mod init;
+mod initializers;
 mod memory;
 mod nccl_version;
-mod stream;
+pub mod stream;
+mod unique_id;
 pub mod version;
 pub mod watchdog;
 
@@ -145,7 +149,7 @@ pub mod nccl {
     pub use crate::bindings::*;
     pub use crate::cuda::check_cuda;
     pub use crate::error::{check_nccl, GpuError};
-    pub use crate::init::NCCL_CONFIG_UNDEF_INT;
+    pub use crate::initializers::NCCL_CONFIG_UNDEF_INT;
     pub use crate::memory::{nccl_mem_alloc, nccl_mem_free};
     pub use crate::stream::{
         create_event, create_stream, destroy_event, destroy_stream, record_event, stream_ready,

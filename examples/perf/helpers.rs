@@ -68,7 +68,8 @@ pub fn run(o: &Options) -> Result<(), Box<dyn Error>> {
         o.helper_calls, o.helper_reps
     );
     println!("#       name                      median       min       max  call");
-    // SAFETY (every closure below): stream and event stay live until the end of this function.
+    // Every closure below uses stream and event, which stay live until the end of this function.
+    // SAFETY: stream and event stay live until the end of this function.
     let drain = || unsafe { sync_stream(stream) };
     let idle = || Ok(());
     bench(
@@ -76,6 +77,7 @@ pub fn run(o: &Options) -> Result<(), Box<dyn Error>> {
         "stream_ready",
         "metrale_gpu_sys::stream_ready (cuStreamQuery)",
         || {
+            // SAFETY: stream and event stay live until the end of this function.
             unsafe { stream_ready(stream) }.map(|ready| {
                 black_box(ready);
             })
@@ -99,7 +101,9 @@ pub fn run(o: &Options) -> Result<(), Box<dyn Error>> {
         "group_start_end",
         "check_nccl(ncclGroupStart()) + check_nccl(ncclGroupEnd())",
         || {
+            // SAFETY: an empty group: no arguments, nothing enqueued.
             check_nccl(unsafe { ncclGroupStart() }, "ncclGroupStart")?;
+            // SAFETY: closes the group opened above.
             check_nccl(unsafe { ncclGroupEnd() }, "ncclGroupEnd")
         },
         idle,
@@ -108,6 +112,7 @@ pub fn run(o: &Options) -> Result<(), Box<dyn Error>> {
         o,
         "record_event",
         "metrale_gpu_sys::record_event (cuEventRecord)",
+        // SAFETY: stream and event stay live until the end of this function.
         || unsafe { record_event(event, stream) },
         drain,
     )?;
@@ -115,6 +120,7 @@ pub fn run(o: &Options) -> Result<(), Box<dyn Error>> {
         o,
         "stream_wait_event",
         "metrale_gpu_sys::stream_wait_event (cuStreamWaitEvent)",
+        // SAFETY: stream and event stay live until the end of this function.
         || unsafe { stream_wait_event(stream, event) },
         drain,
     )?;
@@ -130,6 +136,7 @@ pub fn run(o: &Options) -> Result<(), Box<dyn Error>> {
         o,
         "raw_cuStreamQuery",
         "cuda::driver()?.cuStreamQuery",
+        // SAFETY: stream and event stay live until the end of this function.
         || ok(unsafe { api.cuStreamQuery(stream) }, "cuStreamQuery"),
         idle,
     )?;
@@ -137,6 +144,7 @@ pub fn run(o: &Options) -> Result<(), Box<dyn Error>> {
         o,
         "raw_cuEventRecord",
         "cuda::driver()?.cuEventRecord",
+        // SAFETY: stream and event stay live until the end of this function.
         || ok(unsafe { api.cuEventRecord(event, stream) }, "cuEventRecord"),
         drain,
     )?;
@@ -146,6 +154,7 @@ pub fn run(o: &Options) -> Result<(), Box<dyn Error>> {
         "cuda::driver()?.cuStreamWaitEvent",
         || {
             ok(
+                // SAFETY: stream and event stay live until the end of this function.
                 unsafe { api.cuStreamWaitEvent(stream, event, 0) },
                 "cuStreamWaitEvent",
             )
