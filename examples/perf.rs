@@ -571,7 +571,7 @@ impl<'a> Bench<'a> {
                 unsafe {
                     check_cuda(api.cuEventSynchronize(g.stop), "cuEventSynchronize")?;
                     check_cuda(
-                        api.cuEventElapsedTime_v2(&mut t, g.start, g.stop),
+                        api.cuEventElapsedTime(&mut t, g.start, g.stop),
                         "cuEventElapsedTime",
                     )?;
                 }
@@ -583,7 +583,7 @@ impl<'a> Bench<'a> {
             // SAFETY: the streams finished every launch (or the run failed); nothing uses exec afterwards.
             unsafe {
                 let _ = self.sync_all();
-                api.cuGraphExecDestroy(exec);
+                let _ = api.cuGraphExecDestroy(exec);
             }
         }
         let launches = if graphed { o.graph_launches } else { 1 };
@@ -645,14 +645,14 @@ impl<'a> Bench<'a> {
         });
         for graph in graphs {
             // SAFETY: the executable graphs are independent of the graph they came from.
-            unsafe { api.cuGraphDestroy(graph) };
+            let _ = unsafe { api.cuGraphDestroy(graph) };
         }
         match result {
             Ok(()) => Ok(execs),
             Err(e) => {
                 for exec in execs {
                     // SAFETY: not launched, or its launch was waited for above.
-                    unsafe { api.cuGraphExecDestroy(exec) };
+                    let _ = unsafe { api.cuGraphExecDestroy(exec) };
                 }
                 Err(e)
             }
