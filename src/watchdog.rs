@@ -24,7 +24,7 @@
 use std::time::{Duration, Instant};
 
 use crate::bindings::{ncclCommAbort, ncclCommGetAsyncError, ncclComm_t, ncclResult_t, CUstream};
-use crate::error::{check_nccl, nccl_error, GpuError};
+use crate::error::{check_nccl, GpuError};
 pub use crate::error::{GiveUp, WaitError};
 
 /// The longest sleep between two polls.
@@ -167,7 +167,7 @@ impl Watchdog {
         match stop {
             Stop::Done => Ok(()),
             Stop::Failed(_, error) | Stop::Refused(_, error) => Err(error),
-            Stop::Timeout => Err(nccl_error(
+            Stop::Timeout => Err(crate::error::nccl_error(
                 ncclResult_t::ncclInProgress,
                 &format!(
                     "ncclCommRevoke (the communicator was not quiescent after {:.3} s)",

@@ -16,9 +16,12 @@ struct Fake {
     polls_until_done: Option<u32>,
     answer: Option<Poll>,
     aborts: u32,
+    #[cfg(nccl_2_29)]
     revokes: u32,
     /// Polls after the revoke before the communicator is quiescent (never if `None`).
+    #[cfg(nccl_2_29)]
     revoked_polls_until_quiet: Option<u32>,
+    #[cfg(nccl_2_29)]
     revoked_polls: u32,
 }
 
