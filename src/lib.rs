@@ -8,7 +8,8 @@
 //! - [`cuda`]: the driver, loaded at run time (machines without a GPU have no `libcuda.so.1`).
 //! - [`stream`]: the stream and event helpers, and the contract every handle passed to them follows.
 //! - [`version`]: the headers' NCCL version against the loaded library's.
-//! - [`watchdog`]: waits with a deadline that abort the communicator instead of hanging.
+//! - [`watchdog`]: waits with a deadline that give up on the communicators (abort, or revoke with NCCL 2.29+)
+//!   instead of hanging, over one or several communicators, and the check for non-blocking calls.
 //!
 //! Status and selector types (`ncclResult_t`, `ncclDataType_t`, `ncclRedOp_t`, `CUresult`, …) are
 //! transparent newtypes over the C integer with associated constants (`ncclResult_t::ncclSuccess`), not
