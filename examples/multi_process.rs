@@ -114,8 +114,8 @@ fn run(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
         commName: c"multi_process".as_ptr(),
         ..NcclConfig::default()
     };
-    // SAFETY: comm and config are valid for the call; init blocks until every rank has joined.
     check_nccl(
+        // SAFETY: comm and config are valid for the call; init blocks until every rank has joined.
         unsafe {
             ncclCommInitRankConfig(
                 &mut comm,

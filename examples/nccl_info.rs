@@ -145,8 +145,8 @@ fn all_reduce_check(n: usize) -> Checked {
     let api = cuda::driver("nccl_info")?;
     let devices: Vec<i32> = (0..n as i32).collect();
     let mut comms: Vec<NcclComm> = vec![std::ptr::null_mut(); n];
-    // SAFETY: comms has room for n handles; devices lists n ordinals.
     check_nccl(
+        // SAFETY: comms has room for n handles; devices lists n ordinals.
         unsafe { ncclCommInitAll(comms.as_mut_ptr(), n as i32, devices.as_ptr()) },
         "ncclCommInitAll",
     )?;
@@ -189,8 +189,8 @@ fn all_reduce_check(n: usize) -> Checked {
             // SAFETY: the stream is live until the clean-up below.
             unsafe { sync_stream(stream)? };
             let mut host = vec![0f32; COUNT];
-            // SAFETY: writes COUNT floats into `host` from a buffer of that size.
             check_cuda(
+                // SAFETY: writes COUNT floats into `host` from a buffer of that size.
                 unsafe { api.cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), ptr, COUNT * 4) },
                 "cuMemcpyDtoH",
             )?;

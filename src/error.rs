@@ -1,10 +1,15 @@
-//! The one error type of the helpers, and `check_nccl`, which turns an `ncclResult_t` into it.
+//! The crate's error types: [`GpuError`] for every helper, [`WaitError`] for the deadline waits (which
+//! converts into a `GpuError`), and `check_nccl`, which turns an `ncclResult_t` into a `GpuError`.
+//! A leaf of the crate's imports: it names the bindings and `NcclVersion`, nothing that names it back.
 
 use std::ffi::CStr;
 use std::fmt;
+use std::time::Duration;
 
-use crate::bindings::{ncclGetErrorString, ncclGetLastError, ncclResult_t, CUresult};
-use crate::version::NcclVersion;
+use crate::bindings::{
+    ncclGetErrorString, ncclGetLastError, ncclResult_t, CUresult, NCCL_VERSION_CODE,
+};
+use crate::nccl_version::NcclVersion;
 
 /// What went wrong in a helper, with enough to act on: the call, the code, the library's own text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,8 +23,9 @@ pub enum GpuError {
         code: ncclResult_t,
         /// `ncclGetErrorString(code)`.
         text: String,
-        /// `ncclGetLastError(NULL)`: NCCL's detailed message for the last error it recorded. NCCL keeps one
-        /// message per process, so with several threads it may describe another call's failure.
+        /// `ncclGetLastError(NULL)`: NCCL's detailed message for the last error it recorded, best-effort.
+        /// NCCL keeps one message per process and rewrites it under its own lock, which a caller cannot
+        /// take: with several threads it may describe another call's failure, or be cut or mixed.
         last_error: Option<String>,
     },
     /// A CUDA driver call returned something other than `CUDA_SUCCESS`.
@@ -33,12 +39,24 @@ pub enum GpuError {
         /// `cuGetErrorString(code)`.
         text: String,
     },
-    /// The CUDA driver library could not be loaded, or lacks a function the headers promise.
+    /// The CUDA driver library could not be loaded, or lacks a function every driver of the headers'
+    /// CUDA major version has (see `cuda`'s driver contract).
     DriverUnavailable {
         /// The helper that needed the driver.
         context: String,
         /// What the dynamic loader said, and what to do.
         reason: String,
+    },
+    /// The loaded driver lacks an optional function (one the helpers do not need): it is older than the
+    /// function.
+    DriverFunctionMissing {
+        /// The function's symbol, e.g. `cuEventElapsedTime_v2`.
+        function: &'static str,
+        /// The CUDA version that introduced it (`12080` for 12.8): a driver supporting this version or a
+        /// newer one has it. `None` where the headers do not say.
+        needs: Option<u32>,
+        /// The CUDA version the loaded driver supports (`cuDriverGetVersion`).
+        driver: i32,
     },
     /// The loaded libnccl is older than the nccl.h this crate was generated from.
     VersionSkew {
@@ -49,6 +67,17 @@ pub enum GpuError {
         /// Where the loaded library lives, when the loader can tell.
         library_path: Option<String>,
     },
+    /// A deadline wait gave up (see [`WaitError`]).
+    Wait(Box<WaitError>),
+}
+
+/// A CUDA version as `cuDriverGetVersion` and `CUDA_VERSION` encode it (`12080`), as `12.8`.
+pub(crate) struct CudaVersion(pub(crate) i64);
+
+impl fmt::Display for CudaVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.0 / 1000, self.0 % 1000 / 10)
+    }
 }
 
 impl fmt::Display for GpuError {
@@ -66,7 +95,7 @@ impl fmt::Display for GpuError {
                         f,
                         " [code {} is unknown to the NCCL {} headers this crate was built with: the library is newer]",
                         code.0,
-                        NcclVersion::HEADERS
+                        NcclVersion::from_code(NCCL_VERSION_CODE)
                     )?;
                 }
                 match last_error {
@@ -88,6 +117,22 @@ impl fmt::Display for GpuError {
                     "{context} needs the CUDA driver, which is unavailable: {reason}"
                 )
             }
+            GpuError::DriverFunctionMissing {
+                function,
+                needs,
+                driver,
+            } => {
+                let driver = CudaVersion((*driver).into());
+                write!(f, "the loaded CUDA driver (CUDA {driver}) lacks {function}")?;
+                match needs {
+                    Some(needs) => write!(
+                        f,
+                        ", which needs a driver for CUDA {} or newer: update the driver",
+                        CudaVersion((*needs).into())
+                    ),
+                    None => write!(f, ": update the driver"),
+                }
+            }
             GpuError::VersionSkew {
                 headers,
                 library,
@@ -104,14 +149,153 @@ impl fmt::Display for GpuError {
                      build time), or rebuild against the {library} headers (NCCL_HOME=<its root>)."
                 )
             }
+            GpuError::Wait(wait) => wait.fmt(f),
         }
     }
 }
 
 impl std::error::Error for GpuError {}
 
+/// What a deadline wait did to the communicators when it gave up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum GiveUp {
+    /// `ncclCommAbort`: the handle is dead; it must not be used again, not even destroyed.
+    Abort,
+    /// `ncclCommRevoke`, then a wait until the communicator is quiescent: the handle stays valid for
+    /// `ncclCommShrink`, `ncclCommSplit` and `ncclCommDestroy` (NCCL 2.29+).
+    #[cfg(nccl_2_29)]
+    Revoke,
+}
+
+/// Why a wait gave up. `Timeout` and `Failed` gave up on every communicator of the wait (`gave_up` says
+/// how); `Refused` touched none. Remote errors are `Failed` with `ncclRemoteError`: see
+/// [`WaitError::is_remote`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WaitError {
+    /// The deadline passed with the work still running.
+    Timeout {
+        /// What was waited for.
+        context: String,
+        /// How long the wait lasted, giving up included.
+        waited: Duration,
+        /// What was done to the communicators.
+        gave_up: GiveUp,
+        /// The error giving up returned, if any: `ncclCommAbort`'s, or why a revoke failed (the
+        /// communicators were then aborted: `gave_up` is `Abort`).
+        abort_error: Option<Box<GpuError>>,
+    },
+    /// NCCL reported an error on a communicator: `ncclRemoteError` (a peer failed or left) or another
+    /// asynchronous error, with NCCL's text; or a CUDA error on the stream; or the call a non-blocking
+    /// check was given failed.
+    Failed {
+        /// What was waited for.
+        context: String,
+        /// The error as NCCL or CUDA reported it.
+        error: Box<GpuError>,
+        /// What was done to the communicators.
+        gave_up: GiveUp,
+        /// The error giving up returned, if any (as for `Timeout`).
+        abort_error: Option<Box<GpuError>>,
+    },
+    /// NCCL refused a communicator handle itself: `ncclCommGetAsyncError` failed with
+    /// `ncclInvalidArgument`, NCCL's answer for NULL, a freed or a foreign handle. That handle was not
+    /// aborted (aborting it would write through whatever it points to); the wait's other communicators,
+    /// if any, were given up on as for `Failed`.
+    Refused {
+        /// What was waited for.
+        context: String,
+        /// `ncclCommGetAsyncError`'s error.
+        error: Box<GpuError>,
+    },
+}
+
+/// `ncclTimeout`, which NCCL 2.30 added: its value from the headers where they define it.
+#[cfg(nccl_2_30)]
+const NCCL_TIMEOUT: ncclResult_t = ncclResult_t::ncclTimeout;
+/// `ncclTimeout`, which NCCL 2.30 added as 8 (after `ncclInProgress`, 7): these older headers lack it, but
+/// a newer library loaded at run time may return it.
+#[cfg(not(nccl_2_30))]
+const NCCL_TIMEOUT: ncclResult_t = ncclResult_t(8);
+
+impl WaitError {
+    /// True when the deadline passed, or NCCL itself reported a timeout (`ncclTimeout`, NCCL 2.30+).
+    pub fn is_timeout(&self) -> bool {
+        match self {
+            WaitError::Timeout { .. } => true,
+            WaitError::Failed { error, .. } => {
+                matches!(**error, GpuError::Nccl { code, .. } if code == NCCL_TIMEOUT)
+            }
+            WaitError::Refused { .. } => false,
+        }
+    }
+
+    /// True when NCCL blamed a peer (`ncclRemoteError`): it died, left, or its network failed.
+    pub fn is_remote(&self) -> bool {
+        matches!(self, WaitError::Failed { error, .. }
+            if matches!(**error, GpuError::Nccl { code, .. } if code == ncclResult_t::ncclRemoteError))
+    }
+}
+
+impl fmt::Display for WaitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (gave_up, abort_error) = match self {
+            WaitError::Timeout {
+                context,
+                waited,
+                gave_up,
+                abort_error,
+            } => {
+                let secs = waited.as_secs_f64();
+                write!(f, "{context} timed out after {secs:.3} s")?;
+                (gave_up, abort_error)
+            }
+            WaitError::Failed {
+                context,
+                error,
+                gave_up,
+                abort_error,
+            } => {
+                let kind = if self.is_remote() {
+                    "a peer failed"
+                } else {
+                    "error"
+                };
+                write!(f, "{context}: {kind}: {error}")?;
+                (gave_up, abort_error)
+            }
+            WaitError::Refused { context, error } => {
+                return write!(
+                    f,
+                    "{context}: NCCL refused the communicator handle ({error}): it is NULL, destroyed, aborted \
+                     or not a communicator; it was not aborted"
+                );
+            }
+        };
+        match gave_up {
+            GiveUp::Abort => write!(f, "; the communicator was aborted")?,
+            #[cfg(nccl_2_29)]
+            GiveUp::Revoke => write!(f, "; the communicator was revoked and is quiescent")?,
+        }
+        match abort_error {
+            Some(e) => write!(f, " (giving up: {e})"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for WaitError {}
+
+impl From<WaitError> for GpuError {
+    fn from(error: WaitError) -> GpuError {
+        GpuError::Wait(Box::new(error))
+    }
+}
+
 /// `Ok(())` for `ncclSuccess`; otherwise an error naming `context`, the text of `ncclGetErrorString`, the
-/// code, and `ncclGetLastError`'s message when NCCL has one. Codes the headers do not list are errors too.
+/// code, and `ncclGetLastError`'s message when NCCL has one (best-effort: see `GpuError::Nccl`). Codes
+/// the headers do not list are errors too.
 #[inline]
 pub fn check_nccl(result: ncclResult_t, context: &str) -> Result<(), GpuError> {
     if result == ncclResult_t::ncclSuccess {
@@ -120,18 +304,23 @@ pub fn check_nccl(result: ncclResult_t, context: &str) -> Result<(), GpuError> {
     Err(nccl_error(result, context))
 }
 
+/// The size of NCCL's last-error buffer (`char ncclLastError[1024]` in NCCL's src/debug.cc), which
+/// `ncclGetLastError(NULL)` returns: no copy reads past it, whatever another thread writes meanwhile.
+const NCCL_LAST_ERROR_BYTES: usize = 1024;
+
 /// The failure path of `check_nccl`, kept out of line so the success path inlines to one compare.
 #[cold]
 #[inline(never)]
-fn nccl_error(result: ncclResult_t, context: &str) -> GpuError {
-    // SAFETY: ncclGetErrorString returns a static string for any code; ncclGetLastError returns NCCL's
-    // process-wide, NUL-terminated message buffer, which lives as long as the library. Another thread's
-    // failure may rewrite that buffer while it is copied (the text may then be torn or another call's:
-    // `last_error`'s doc says so); the buffer stays terminated, so the copy stays in bounds.
-    let (text, last) = unsafe {
-        (
-            c_text(ncclGetErrorString(result)),
-            c_text(ncclGetLastError(std::ptr::null_mut())),
+pub(crate) fn nccl_error(result: ncclResult_t, context: &str) -> GpuError {
+    // SAFETY: ncclGetErrorString returns a static string for any code.
+    let text = unsafe { c_text(ncclGetErrorString(result)) };
+    // SAFETY: ncclGetLastError(NULL) returns NCCL's process-wide message buffer of NCCL_LAST_ERROR_BYTES
+    // bytes, which lives as long as the library; the copy reads at most that many. NCCL rewrites it under
+    // a lock of its own, so the text may be torn or another call's (`last_error`'s doc says so).
+    let last = unsafe {
+        c_text_bounded(
+            ncclGetLastError(std::ptr::null_mut()),
+            NCCL_LAST_ERROR_BYTES,
         )
     };
     GpuError::Nccl {
@@ -147,10 +336,25 @@ fn nccl_error(result: ncclResult_t, context: &str) -> GpuError {
 /// # Safety
 /// `ptr` is NULL or points to a NUL-terminated string that lives for the duration of the call.
 pub(crate) unsafe fn c_text(ptr: *const std::os::raw::c_char) -> Option<String> {
-    // SAFETY: guaranteed by the caller.
-    (!ptr.is_null()).then(|| {
-        unsafe { CStr::from_ptr(ptr) }
-            .to_string_lossy()
-            .into_owned()
-    })
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: not NULL, so a NUL-terminated string that lives for the call, as the caller promises.
+    let text = unsafe { CStr::from_ptr(ptr) };
+    Some(text.to_string_lossy().into_owned())
+}
+
+/// Copies the text of a C buffer of `size` bytes, up to its first NUL or its end; `None` for NULL.
+///
+/// # Safety
+/// `ptr` is NULL or points to `size` readable bytes that live for the duration of the call.
+unsafe fn c_text_bounded(ptr: *const std::os::raw::c_char, size: usize) -> Option<String> {
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: the caller promises `size` readable bytes; strnlen reads no further.
+    let len = unsafe { libc::strnlen(ptr, size) };
+    // SAFETY: the first `len` of those bytes, as counted above.
+    let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
+    Some(String::from_utf8_lossy(bytes).into_owned())
 }

@@ -6,8 +6,10 @@
 //!   ([`NcclComm`], [`NcclConfig`], [`NcclUniqueId`], [`NcclDataType`], [`NcclRedOp`], [`NcclResult`]) and
 //!   the helpers ([`check_nccl`], [`create_stream`] … [`stream_ready`], [`nccl_mem_alloc`], [`nccl_mem_free`]).
 //! - [`cuda`]: the driver, loaded at run time (machines without a GPU have no `libcuda.so.1`).
+//! - [`stream`]: the stream and event helpers, and the contract every handle passed to them follows.
 //! - [`version`]: the headers' NCCL version against the loaded library's.
-//! - [`watchdog`]: waits with a deadline that abort the communicator instead of hanging.
+//! - [`watchdog`]: waits with a deadline that give up on the communicators (abort, or revoke with NCCL 2.29+)
+//!   instead of hanging, over one or several communicators, and the check for non-blocking calls.
 //!
 //! Status and selector types (`ncclResult_t`, `ncclDataType_t`, `ncclRedOp_t`, `CUresult`, …) are
 //! transparent newtypes over the C integer with associated constants (`ncclResult_t::ncclSuccess`), not
@@ -16,7 +18,10 @@
 //!
 //! # The smallest correct program
 //! Two ranks (one per GPU, driven from one process), an all-reduce, a check, and clean-up. Across processes
-//! or hosts, rank 0 sends `id.to_bytes()` to the others (see `examples/multi_process.rs`).
+//! or hosts, rank 0 sends `id.to_bytes()` to the others (see `examples/multi_process.rs`). Every copy runs
+//! on the collective's stream: a `cuMemcpyHtoD` from pageable memory may return before the data is on the
+//! device, and a non-blocking stream does not wait for the legacy stream, so a collective on another
+//! stream could read stale data.
 //! ```no_run
 //! use metrale_gpu_sys::{cuda, nccl::*};
 //!
@@ -26,15 +31,18 @@
 //!     let id = NcclUniqueId::new()?;
 //!     let api = cuda::driver("example")?;
 //!     let mut ranks = Vec::new(); // (comm, stream, device buffer) per GPU
+//!     let hosts: Vec<Vec<f32>> = (0..2).map(|dev| vec![(dev + 1) as f32; N]).collect();
 //!     check_nccl(unsafe { ncclGroupStart() }, "ncclGroupStart")?;
 //!     for dev in 0..2 {
 //!         let stream = create_stream(dev)?; // also makes `dev` current on this thread
 //!         let buf = nccl_mem_alloc(dev, N * 4)?;
-//!         let host = vec![(dev + 1) as f32; N];
+//!         let host = &hosts[dev as usize]; // lives until the stream is synchronised below
 //!         let mut comm: NcclComm = std::ptr::null_mut();
-//!         // SAFETY: buf holds N floats; comm is valid for writes; both ranks join inside one group.
+//!         // SAFETY: buf holds N floats; the copy is queued on `stream`, before the collective that reads
+//!         // buf, and `host` outlives it; comm is valid for writes; both ranks join inside one group.
 //!         unsafe {
-//!             check_cuda(api.cuMemcpyHtoD_v2(buf as u64, host.as_ptr().cast(), N * 4), "cuMemcpyHtoD")?;
+//!             let copy = api.cuMemcpyHtoDAsync_v2(buf as u64, host.as_ptr().cast(), N * 4, stream);
+//!             check_cuda(copy, "cuMemcpyHtoDAsync")?;
 //!             check_nccl(ncclCommInitRank(&mut comm, 2, id, dev), "ncclCommInitRank")?;
 //!         }
 //!         ranks.push((comm, stream, buf));
@@ -51,10 +59,12 @@
 //!     }
 //!     for (comm, stream, buf) in ranks {
 //!         let mut out = vec![0f32; N];
-//!         // SAFETY: the handles are live until destroyed here, once; the copy reads N floats.
+//!         // SAFETY: the handles are live until destroyed here, once; the copy on the collective's stream
+//!         // writes N floats into `out` and is complete once the stream is synchronised.
 //!         unsafe {
+//!             let copy = api.cuMemcpyDtoHAsync_v2(out.as_mut_ptr().cast(), buf as u64, N * 4, stream);
+//!             check_cuda(copy, "cuMemcpyDtoHAsync")?;
 //!             sync_stream(stream)?;
-//!             check_cuda(api.cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), buf as u64, N * 4), "cuMemcpyDtoH")?;
 //!             nccl_mem_free(buf)?;
 //!             check_nccl(ncclCommDestroy(comm), "ncclCommDestroy")?;
 //!             destroy_stream(stream)?;
@@ -66,38 +76,36 @@
 //! ```
 //!
 //! # Non-blocking communicators, with a deadline
-//! With `blocking = 0`, init and collectives may return `ncclInProgress`; [`watchdog`] waits for them with
-//! a deadline and aborts the communicator instead of hanging when a peer dies or never arrives.
+//! With `blocking = 0`, init and collectives may return `ncclInProgress`, and NCCL refuses the next call on
+//! the communicator until it has left that state. [`watchdog::Watchdog::check`] takes such a status and
+//! waits (with a deadline) until the communicator accepts the next call; [`watchdog`]'s waits give up on
+//! the communicator (abort it) instead of hanging when a peer dies or never arrives. Each deadline is
+//! counted from the start of its wait, however much progress the work makes meanwhile.
 //! ```no_run
-//! use metrale_gpu_sys::{nccl::*, watchdog};
+//! use metrale_gpu_sys::{nccl::*, watchdog::Watchdog};
 //! use std::time::Duration;
 //!
-//! fn init(id: NcclUniqueId, nranks: i32, rank: i32) -> Result<NcclComm, Box<dyn std::error::Error>> {
+//! fn init(id: NcclUniqueId, nranks: i32, rank: i32) -> Result<NcclComm, GpuError> {
 //!     let mut config = NcclConfig { blocking: 0, ..NcclConfig::default() };
+//!     config.set_comm_name(c"trainer"); // NCCL keeps this pointer: a &'static CStr
 //!     let mut comm: NcclComm = std::ptr::null_mut();
 //!     // SAFETY: comm and config are valid for the call.
 //!     let r = unsafe { ncclCommInitRankConfig(&mut comm, nranks, id, rank, &mut config) };
-//!     if let (false, Err(e)) = (r == NcclResult::ncclInProgress, check_nccl(r, "ncclCommInitRankConfig")) {
-//!         if !comm.is_null() {
-//!             // SAFETY: the handle the failed init returned, aborted once and never used again.
-//!             unsafe { ncclCommAbort(comm) };
-//!         }
-//!         return Err(e.into());
-//!     }
-//!     // SAFETY: comm is the handle the non-blocking init returned; after an Err it is aborted, unused.
-//!     unsafe { watchdog::wait_comm_ready(comm, Duration::from_secs(60))? };
+//!     // SAFETY: comm is the handle the init returned; after an Err it has been aborted, and is unused.
+//!     unsafe { Watchdog::abort_after(Duration::from_secs(60)).check(r, comm, "ncclCommInitRankConfig")? };
 //!     Ok(comm)
 //! }
 //!
-//! /// All-reduce in place, then wait for it: an error or 30 s without progress aborts `comm`.
-//! fn all_reduce(comm: NcclComm, stream: CUstream, buf: *mut std::ffi::c_void, n: usize) -> Result<(), Box<dyn std::error::Error>> {
+//! /// All-reduce in place, then wait for it: an error, or 30 s after the wait starts, aborts `comm`.
+//! fn all_reduce(comm: NcclComm, stream: CUstream, buf: *mut std::ffi::c_void, n: usize) -> Result<(), GpuError> {
+//!     let watchdog = Watchdog::abort_after(Duration::from_secs(30));
 //!     // SAFETY: buf holds n floats on comm's device and stream belongs to it.
 //!     let r = unsafe { ncclAllReduce(buf, buf, n, NcclDataType::ncclFloat32, NcclRedOp::ncclSum, comm, stream) };
-//!     if r != NcclResult::ncclInProgress {
-//!         check_nccl(r, "ncclAllReduce")?;
-//!     }
 //!     // SAFETY: comm and stream are live; after an Err the communicator has been aborted.
-//!     unsafe { watchdog::wait_stream(comm, stream, Duration::from_secs(30))? };
+//!     unsafe {
+//!         watchdog.check(r, comm, "ncclAllReduce")?; // enqueued: comm accepts the next call
+//!         watchdog.wait_stream(comm, stream)?; // done on the GPU
+//!     }
 //!     Ok(())
 //! }
 //! ```
@@ -112,7 +120,9 @@ pub mod bindings {
         missing_docs
     )]
     #![allow(
+        unsafe_op_in_unsafe_fn,
         clippy::missing_safety_doc,
+        clippy::undocumented_unsafe_blocks,
         clippy::useless_transmute,
         clippy::ptr_offset_with_cast
     )]
@@ -121,9 +131,11 @@ pub mod bindings {
 
 pub mod cuda;
 mod error;
-mod init;
+mod initializers;
 mod memory;
-mod stream;
+mod nccl_version;
+pub mod stream;
+mod unique_id;
 pub mod version;
 pub mod watchdog;
 
@@ -138,7 +150,7 @@ pub mod nccl {
     pub use crate::bindings::*;
     pub use crate::cuda::check_cuda;
     pub use crate::error::{check_nccl, GpuError};
-    pub use crate::init::NCCL_CONFIG_UNDEF_INT;
+    pub use crate::initializers::NCCL_CONFIG_UNDEF_INT;
     pub use crate::memory::{nccl_mem_alloc, nccl_mem_free};
     pub use crate::stream::{
         create_event, create_stream, destroy_event, destroy_stream, record_event, stream_ready,
@@ -149,6 +161,12 @@ pub mod nccl {
     pub use crate::bindings::ncclComm_t as NcclComm;
     /// `ncclConfig_t`, exactly as the installed nccl.h defines it; `NcclConfig::default()` is
     /// `NCCL_CONFIG_INITIALIZER`.
+    ///
+    /// The two string fields differ in lifetime: NCCL copies `netName` during init, but keeps the
+    /// `commName` pointer itself, reads it later (the profiler, a non-blocking init's background thread)
+    /// and copies the pointer into the children of `ncclCommSplit` and `ncclCommShrink`. So `commName` must
+    /// point to a string that outlives the communicator and every communicator split or shrunk from it:
+    /// [`set_comm_name`](NcclConfig::set_comm_name) takes a `&'static CStr`, which does by construction.
     pub use crate::bindings::ncclConfig_t as NcclConfig;
     /// `ncclDataType_t`: `NcclDataType::ncclFloat32` etc.
     pub use crate::bindings::ncclDataType_t as NcclDataType;

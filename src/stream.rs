@@ -4,7 +4,7 @@
 //! The helpers that take a handle are `unsafe`: the driver dereferences it, and a destroyed handle may
 //! have been reused, so only the caller can promise it is live.
 //!
-//! # Safety
+//! # The handle contract
 //! Every handle passed in came from the matching `create_*` helper (or the driver), has not been
 //! destroyed, and is not destroyed by another thread during the call. A null `CUstream` is the legacy
 //! default stream, which the driver accepts.
@@ -28,9 +28,7 @@ pub fn create_stream(device: i32) -> Result<CUstream, GpuError> {
 /// Destroys a stream from [`create_stream`]; work already queued on it still completes.
 ///
 /// # Safety
-/// Every handle passed came from the matching `create_*` helper (or the driver), has not been destroyed,
-/// and is not destroyed by another thread during the call. (A null `CUstream` is the legacy default
-/// stream, which the driver accepts.)
+/// `stream` follows the [handle contract](crate::stream#the-handle-contract).
 #[inline]
 pub unsafe fn destroy_stream(stream: CUstream) -> Result<(), GpuError> {
     let api = driver("destroy_stream")?;
@@ -51,9 +49,7 @@ pub fn create_event(device: i32) -> Result<CUevent, GpuError> {
 /// Destroys an event from [`create_event`].
 ///
 /// # Safety
-/// Every handle passed came from the matching `create_*` helper (or the driver), has not been destroyed,
-/// and is not destroyed by another thread during the call. (A null `CUstream` is the legacy default
-/// stream, which the driver accepts.)
+/// `event` follows the [handle contract](crate::stream#the-handle-contract).
 #[inline]
 pub unsafe fn destroy_event(event: CUevent) -> Result<(), GpuError> {
     let api = driver("destroy_event")?;
@@ -64,9 +60,7 @@ pub unsafe fn destroy_event(event: CUevent) -> Result<(), GpuError> {
 /// Records `event` at the current end of `stream`'s work.
 ///
 /// # Safety
-/// Every handle passed came from the matching `create_*` helper (or the driver), has not been destroyed,
-/// and is not destroyed by another thread during the call. (A null `CUstream` is the legacy default
-/// stream, which the driver accepts.)
+/// `event` and `stream` follow the [handle contract](crate::stream#the-handle-contract).
 #[inline]
 pub unsafe fn record_event(event: CUevent, stream: CUstream) -> Result<(), GpuError> {
     let api = driver("record_event")?;
@@ -78,9 +72,7 @@ pub unsafe fn record_event(event: CUevent, stream: CUstream) -> Result<(), GpuEr
 /// blocking the host.
 ///
 /// # Safety
-/// Every handle passed came from the matching `create_*` helper (or the driver), has not been destroyed,
-/// and is not destroyed by another thread during the call. (A null `CUstream` is the legacy default
-/// stream, which the driver accepts.)
+/// `stream` and `event` follow the [handle contract](crate::stream#the-handle-contract).
 #[inline]
 pub unsafe fn stream_wait_event(stream: CUstream, event: CUevent) -> Result<(), GpuError> {
     let api = driver("stream_wait_event")?;
@@ -94,9 +86,7 @@ pub unsafe fn stream_wait_event(stream: CUstream, event: CUevent) -> Result<(), 
 /// Blocks until all work queued on `stream` has completed, returning the first error it raised.
 ///
 /// # Safety
-/// Every handle passed came from the matching `create_*` helper (or the driver), has not been destroyed,
-/// and is not destroyed by another thread during the call. (A null `CUstream` is the legacy default
-/// stream, which the driver accepts.)
+/// `stream` follows the [handle contract](crate::stream#the-handle-contract).
 #[inline]
 pub unsafe fn sync_stream(stream: CUstream) -> Result<(), GpuError> {
     let api = driver("sync_stream")?;
@@ -111,9 +101,7 @@ pub unsafe fn sync_stream(stream: CUstream) -> Result<(), GpuError> {
 /// (`CUDA_ERROR_NOT_READY`, 600), an error otherwise.
 ///
 /// # Safety
-/// Every handle passed came from the matching `create_*` helper (or the driver), has not been destroyed,
-/// and is not destroyed by another thread during the call. (A null `CUstream` is the legacy default
-/// stream, which the driver accepts.)
+/// `stream` follows the [handle contract](crate::stream#the-handle-contract).
 #[inline]
 pub unsafe fn stream_ready(stream: CUstream) -> Result<bool, GpuError> {
     let api = driver("stream_ready")?;

@@ -1,21 +1,9 @@
 //! The headers' NCCL version against the loaded library's: a library older than the headers is an error
 //! (it lacks what the bindings declare); a newer one is fine (NCCL keeps its ABI within 2.x).
 
-use std::fmt;
-
 use crate::bindings::{ncclGetVersion, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, NCCL_VERSION_CODE};
 use crate::error::{check_nccl, GpuError};
-
-/// An NCCL version, comparable in release order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct NcclVersion {
-    /// `NCCL_MAJOR`.
-    pub major: u32,
-    /// `NCCL_MINOR`.
-    pub minor: u32,
-    /// `NCCL_PATCH`.
-    pub patch: u32,
-}
+pub use crate::nccl_version::NcclVersion;
 
 impl NcclVersion {
     /// The version of the nccl.h these bindings were generated from.
@@ -24,33 +12,10 @@ impl NcclVersion {
         minor: NCCL_MINOR,
         patch: NCCL_PATCH,
     };
-
-    /// Decodes an `NCCL_VERSION_CODE` as `ncclGetVersion` reports it (`2907` style before 2.9, `22907` after).
-    pub const fn from_code(code: u32) -> NcclVersion {
-        if code >= 10000 {
-            NcclVersion {
-                major: code / 10000,
-                minor: code % 10000 / 100,
-                patch: code % 100,
-            }
-        } else {
-            NcclVersion {
-                major: code / 1000,
-                minor: code % 1000 / 100,
-                patch: code % 100,
-            }
-        }
-    }
 }
 
-impl fmt::Display for NcclVersion {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
-    }
-}
-
-// The header's code and its parts must agree, or from_code's decoding is wrong.
-const _: () = assert!(NcclVersion::from_code(NCCL_VERSION_CODE).minor == NCCL_MINOR);
+// The header's code and its parts must agree, or `code` and `from_code` are wrong.
+const _: () = assert!(NcclVersion::HEADERS.code() == NCCL_VERSION_CODE);
 
 /// The version of the libnccl loaded in this process (`ncclGetVersion`).
 pub fn library_version() -> Result<NcclVersion, GpuError> {

@@ -64,3 +64,34 @@ fn selectors_accept_values_the_header_does_not_list() {
         std::mem::size_of::<std::os::raw::c_uint>()
     );
 }
+
+#[test]
+fn comm_name_is_set_from_a_static_string() {
+    static NAME: &std::ffi::CStr = c"trainer-dp0";
+    let mut config = NcclConfig::default();
+    config.set_comm_name(NAME);
+    assert_eq!(config.commName, NAME.as_ptr());
+    // SAFETY: commName points to NAME, which lives for the whole program.
+    assert_eq!(unsafe { std::ffi::CStr::from_ptr(config.commName) }, NAME);
+    assert!(config.netName.is_null(), "only commName is set");
+}
+
+#[test]
+fn cuda_codes_print_their_header_names() {
+    let oom = CUresult::CUDA_ERROR_OUT_OF_MEMORY;
+    assert_eq!(
+        format!("{oom:?}"),
+        format!("CUresult(CUDA_ERROR_OUT_OF_MEMORY = {})", oom.0)
+    );
+    assert_eq!(oom.to_string(), "CUDA_ERROR_OUT_OF_MEMORY");
+    assert_eq!(oom.name(), Some("CUDA_ERROR_OUT_OF_MEMORY"));
+    assert_eq!(CUresult::CUDA_SUCCESS.name(), Some("CUDA_SUCCESS"));
+    assert_eq!(
+        CUresult::CUDA_ERROR_NOT_READY.name(),
+        Some("CUDA_ERROR_NOT_READY")
+    );
+    // A code cuda.h does not list is still a value, printed as its number.
+    let unknown = CUresult(123_456);
+    assert_eq!(unknown.name(), None);
+    assert_eq!(format!("{unknown:?}"), "CUresult(123456)");
+}

@@ -74,6 +74,9 @@ fn unique_ids_differ_and_round_trip_through_bytes() {
     let bytes: [u8; 128] = a.into();
     assert_eq!(NcclUniqueId::from(bytes), a);
     assert_eq!(NcclUniqueId::from_bytes(b.to_bytes()), b);
+    // Debug prints the bytes in hex, one word, not 128 integers.
+    let hex: String = a.to_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(format!("{a:?}"), format!("ncclUniqueId({hex})"));
 }
 
 #[test]
@@ -95,6 +98,12 @@ fn init_without_a_gpu_is_an_error_carrying_ncclgetlasterror() {
         "{err}"
     );
     assert!(comm.is_null());
+    // Bounded by NCCL's buffer (`char ncclLastError[1024]`, NUL included).
+    assert!(
+        !last.is_empty() && last.len() < 1024,
+        "{} bytes",
+        last.len()
+    );
 }
 
 #[test]

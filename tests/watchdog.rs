@@ -1,42 +1,75 @@
 //! The deadline waits' logic, against fakes (the GPU suite runs them against real communicators): they
-//! return as soon as the work is done, give up within their bound, abort exactly once on failure, classify
-//! the error, and back off rather than spin.
+//! return as soon as the work is done, give up within their bound on every communicator they wait for, never
+//! abort a handle NCCL refused, classify the error, and back off rather than spin.
 
 use std::time::{Duration, Instant};
 
 use metrale_gpu_sys::nccl::*;
-use metrale_gpu_sys::watchdog::{self, wait_until, WaitError, Watched, MAX_POLL_INTERVAL};
+use metrale_gpu_sys::watchdog::{
+    self, GiveUp, Poll, WaitError, Watchdog, Watched, MAX_POLL_INTERVAL,
+};
 
-/// Done after `polls_until_done` polls (never if `None`), or failing with `error` at the first poll.
+/// Done after `polls_until_done` polls (never if `None`), or answering `answer` at the first poll.
+#[derive(Default)]
 struct Fake {
     polls: u32,
     polls_until_done: Option<u32>,
-    error: Option<GpuError>,
+    answer: Option<Poll>,
     aborts: u32,
+    #[cfg(nccl_2_29)]
+    revokes: u32,
+    /// Polls after the revoke before the communicator is quiescent (never if `None`).
+    #[cfg(nccl_2_29)]
+    revoked_polls_until_quiet: Option<u32>,
+    #[cfg(nccl_2_29)]
+    revoked_polls: u32,
 }
 
 impl Fake {
-    fn new(polls_until_done: Option<u32>, error: Option<GpuError>) -> Fake {
+    fn done_after(polls: u32) -> Fake {
         Fake {
-            polls: 0,
-            polls_until_done,
-            error,
-            aborts: 0,
+            polls_until_done: Some(polls),
+            ..Fake::default()
+        }
+    }
+    fn hanging() -> Fake {
+        Fake::default()
+    }
+    fn answering(answer: Poll) -> Fake {
+        Fake {
+            answer: Some(answer),
+            ..Fake::default()
         }
     }
 }
 
 impl Watched for Fake {
-    fn done(&mut self) -> Result<bool, GpuError> {
+    fn poll(&mut self) -> Poll {
         self.polls += 1;
-        if let Some(e) = &self.error {
-            return Err(e.clone());
+        if let Some(answer) = &self.answer {
+            return answer.clone();
         }
-        Ok(self.polls_until_done.is_some_and(|n| self.polls >= n))
+        match self.polls_until_done {
+            Some(n) if self.polls >= n => Poll::Done,
+            _ => Poll::Running,
+        }
     }
     fn abort(&mut self) -> Result<(), GpuError> {
         self.aborts += 1;
         Ok(())
+    }
+    #[cfg(nccl_2_29)]
+    fn revoke(&mut self) -> Result<(), GpuError> {
+        self.revokes += 1;
+        Ok(())
+    }
+    #[cfg(nccl_2_29)]
+    fn poll_revoked(&mut self) -> Poll {
+        self.revoked_polls += 1;
+        match self.revoked_polls_until_quiet {
+            Some(n) if self.revoked_polls >= n => Poll::Done,
+            _ => Poll::Running,
+        }
     }
 }
 
@@ -44,19 +77,23 @@ fn nccl_error(code: NcclResult) -> GpuError {
     check_nccl(code, "ncclCommGetAsyncError").expect_err("a failure code")
 }
 
+fn wait(fake: &mut Fake, timeout: Duration, context: &str) -> Result<(), WaitError> {
+    Watchdog::abort_after(timeout).wait(&mut [fake], context)
+}
+
 #[test]
 fn finished_work_returns_without_abort() {
-    let mut fake = Fake::new(Some(5), None);
-    assert_eq!(wait_until(&mut fake, Duration::from_secs(10), "x"), Ok(()));
+    let mut fake = Fake::done_after(5);
+    assert_eq!(wait(&mut fake, Duration::from_secs(10), "x"), Ok(()));
     assert_eq!((fake.polls, fake.aborts), (5, 0));
 }
 
 #[test]
 fn a_hang_times_out_within_its_bound_aborts_once_and_does_not_spin() {
     let timeout = Duration::from_millis(200);
-    let mut fake = Fake::new(None, None);
+    let mut fake = Fake::hanging();
     let start = Instant::now();
-    let err = wait_until(&mut fake, timeout, "all-reduce on rank 0").expect_err("never done");
+    let err = wait(&mut fake, timeout, "all-reduce on rank 0").expect_err("never done");
     let took = start.elapsed();
     assert!(took >= timeout, "gave up early: {took:?}");
     // The stated bound: the timeout plus one poll interval; a loaded CI machine may oversleep, hence 1 s.
@@ -83,34 +120,221 @@ fn a_hang_times_out_within_its_bound_aborts_once_and_does_not_spin() {
 
 #[test]
 fn a_remote_error_aborts_and_says_a_peer_failed() {
-    let mut fake = Fake::new(None, Some(nccl_error(NcclResult::ncclRemoteError)));
-    let err = wait_until(&mut fake, Duration::from_secs(10), "x").expect_err("peer died");
+    let mut fake = Fake::answering(Poll::Failed(nccl_error(NcclResult::ncclRemoteError)));
+    let err = wait(&mut fake, Duration::from_secs(10), "step 7").expect_err("peer died");
     assert!(err.is_remote() && !err.is_timeout(), "{err}");
     assert_eq!((fake.polls, fake.aborts), (1, 1));
     let msg = err.to_string();
-    assert!(msg.starts_with("a peer failed: ncclCommGetAsyncError failed: NCCL error 6 (remote process exited or there was a network error)"), "{msg}");
+    assert!(msg.starts_with("step 7: a peer failed: ncclCommGetAsyncError failed: NCCL error 6 (remote process exited or there was a network error)"), "{msg}");
 }
 
 #[test]
-fn other_errors_are_neither_timeout_nor_remote() {
-    let mut fake = Fake::new(None, Some(nccl_error(NcclResult::ncclUnhandledCudaError)));
-    let err = wait_until(&mut fake, Duration::from_secs(10), "x").expect_err("failed");
+fn other_errors_are_neither_timeout_nor_remote_and_keep_their_context() {
+    let mut fake = Fake::answering(Poll::Failed(nccl_error(NcclResult::ncclUnhandledCudaError)));
+    let err = wait(&mut fake, Duration::from_secs(10), "step 8").expect_err("failed");
     assert!(!err.is_remote() && !err.is_timeout(), "{err}");
-    assert!(matches!(
-        err,
-        WaitError::Failed {
-            abort_error: None,
-            ..
-        }
-    ));
+    let WaitError::Failed {
+        context,
+        gave_up: GiveUp::Abort,
+        abort_error: None,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!(context, "step 8");
 }
 
 #[test]
-fn a_null_communicator_is_an_error_not_a_crash() {
-    // SAFETY: NCCL checks the handle: NULL is reported as an invalid argument, and aborting NULL is a no-op.
+fn nccls_own_timeout_code_is_a_timeout() {
+    // ncclTimeout (NCCL 2.30+) is 8; older headers lack the name, a newer library may still return it.
+    #[cfg(nccl_2_30)]
+    assert_eq!(NcclResult::ncclTimeout, NcclResult(8));
+    let mut fake = Fake::answering(Poll::Failed(nccl_error(NcclResult(8))));
+    let err = wait(&mut fake, Duration::from_secs(10), "x").expect_err("failed");
+    assert!(err.is_timeout() && !err.is_remote(), "{err}");
+    assert_eq!(fake.aborts, 1);
+}
+
+#[test]
+fn a_handle_nccl_refuses_is_never_aborted() {
+    let mut fake = Fake::answering(Poll::Refused(nccl_error(NcclResult::ncclInvalidArgument)));
+    let err = wait(&mut fake, Duration::from_secs(10), "x").expect_err("refused");
+    assert!(matches!(err, WaitError::Refused { .. }), "{err:?}");
+    assert!(!err.is_timeout() && !err.is_remote(), "{err}");
+    assert_eq!(
+        fake.aborts, 0,
+        "aborting a refused handle writes through it"
+    );
+    assert!(err.to_string().contains("it was not aborted"), "{err}");
+}
+
+#[test]
+fn a_wait_over_several_communicators_gives_up_on_all_of_them() {
+    let watchdog = Watchdog::abort_after(Duration::from_secs(10));
+    let (mut done, mut failing, mut hanging) = (
+        Fake::done_after(1),
+        Fake::answering(Poll::Failed(nccl_error(NcclResult::ncclRemoteError))),
+        Fake::hanging(),
+    );
+    let err = watchdog
+        .wait(&mut [&mut done, &mut failing, &mut hanging], "step 3")
+        .expect_err("one failed");
+    assert!(err.is_remote(), "{err}");
+    assert_eq!((done.aborts, failing.aborts, hanging.aborts), (1, 1, 1));
+    assert!(
+        err.to_string().starts_with("step 3 (communicator 1 of 3)"),
+        "{err}"
+    );
+
+    // A timeout gives up on all; a refused handle is left alone while the others are given up on.
+    let (mut a, mut b) = (Fake::hanging(), Fake::hanging());
+    let err = Watchdog::abort_after(Duration::from_millis(20))
+        .wait(&mut [&mut a, &mut b], "x")
+        .expect_err("hangs");
+    assert!(err.is_timeout(), "{err}");
+    assert_eq!((a.aborts, b.aborts), (1, 1));
+    let (mut refused, mut other) = (
+        Fake::answering(Poll::Refused(nccl_error(NcclResult::ncclInvalidArgument))),
+        Fake::hanging(),
+    );
+    let err = watchdog
+        .wait(&mut [&mut other, &mut refused], "x")
+        .expect_err("refused");
+    assert!(matches!(err, WaitError::Refused { .. }), "{err:?}");
+    assert_eq!((refused.aborts, other.aborts), (0, 1));
+
+    // Every communicator done: no abort.
+    let (mut a, mut b) = (Fake::done_after(3), Fake::done_after(1));
+    assert_eq!(watchdog.wait(&mut [&mut a, &mut b], "x"), Ok(()));
+    assert_eq!((a.aborts, b.aborts), (0, 0));
+}
+
+#[test]
+fn the_non_blocking_check_waits_until_the_communicator_accepts_the_next_call() {
+    let watchdog = Watchdog::abort_after(Duration::from_secs(10));
+    // ncclSuccess: nothing to wait for.
+    let mut fake = Fake::hanging();
+    assert_eq!(
+        watchdog.check_on(NcclResult::ncclSuccess, &mut fake, "ncclBroadcast"),
+        Ok(())
+    );
+    assert_eq!(fake.polls, 0);
+    // ncclInProgress: polls until the communicator leaves it.
+    let mut fake = Fake::done_after(4);
+    assert_eq!(
+        watchdog.check_on(NcclResult::ncclInProgress, &mut fake, "ncclBroadcast"),
+        Ok(())
+    );
+    assert_eq!((fake.polls, fake.aborts), (4, 0));
+    // ...within the deadline.
+    let mut fake = Fake::hanging();
+    let err = Watchdog::abort_after(Duration::from_millis(20))
+        .check_on(NcclResult::ncclInProgress, &mut fake, "ncclBroadcast")
+        .expect_err("never leaves ncclInProgress");
+    assert!(err.is_timeout(), "{err}");
+    assert_eq!(fake.aborts, 1);
+    // A call that failed outright: its own error, and the communicator is given up on.
+    let mut fake = Fake::done_after(1);
+    let err = watchdog
+        .check_on(NcclResult::ncclInvalidUsage, &mut fake, "ncclAllGather")
+        .expect_err("failed");
+    let WaitError::Failed { error, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        matches!(**error, GpuError::Nccl { code, ref context, .. } if code == NcclResult::ncclInvalidUsage && context == "ncclAllGather"),
+        "{err}"
+    );
+    assert_eq!(fake.aborts, 1);
+    // ...unless NCCL refuses the handle: then nothing is aborted.
+    let mut fake = Fake::answering(Poll::Refused(nccl_error(NcclResult::ncclInvalidArgument)));
+    let err = watchdog
+        .check_on(NcclResult::ncclInvalidArgument, &mut fake, "ncclAllGather")
+        .expect_err("refused");
+    assert!(matches!(err, WaitError::Refused { .. }), "{err:?}");
+    assert_eq!(fake.aborts, 0);
+}
+
+#[cfg(nccl_2_29)]
+#[test]
+fn revoking_waits_for_quiescence_and_aborts_what_does_not_quiesce() {
+    // Both revoked, quiescent after a few polls: nothing aborted.
+    let (mut failing, mut hanging) = (
+        Fake {
+            revoked_polls_until_quiet: Some(3),
+            ..Fake::answering(Poll::Failed(nccl_error(NcclResult::ncclRemoteError)))
+        },
+        Fake {
+            revoked_polls_until_quiet: Some(5),
+            ..Fake::hanging()
+        },
+    );
+    let err = Watchdog::revoke_after(Duration::from_secs(10))
+        .wait(&mut [&mut failing, &mut hanging], "x")
+        .expect_err("one failed");
+    let WaitError::Failed {
+        gave_up: GiveUp::Revoke,
+        abort_error: None,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert!(
+        err.to_string().contains("revoked and is quiescent"),
+        "{err}"
+    );
+    assert_eq!((failing.revokes, hanging.revokes), (1, 1));
+    assert_eq!((failing.aborts, hanging.aborts), (0, 0));
+    assert!(hanging.revoked_polls >= 5);
+
+    // One never quiesces: after the deadline every communicator is aborted, and the error says why.
+    let (mut quiet, mut stuck) = (
+        Fake {
+            revoked_polls_until_quiet: Some(1),
+            ..Fake::hanging()
+        },
+        Fake::hanging(),
+    );
+    let start = Instant::now();
+    let timeout = Duration::from_millis(50);
+    let err = Watchdog::revoke_after(timeout)
+        .wait(&mut [&mut quiet, &mut stuck], "x")
+        .expect_err("hangs");
+    // The wait's deadline, then the quiescence deadline; 1 s of slack for a loaded machine.
+    assert!(start.elapsed() < 2 * timeout + Duration::from_secs(1));
+    let WaitError::Timeout {
+        gave_up: GiveUp::Abort,
+        abort_error: Some(why),
+        ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert!(why.to_string().contains("not quiescent"), "{why}");
+    assert_eq!((quiet.aborts, stuck.aborts), (1, 1));
+}
+
+#[test]
+fn a_wait_error_is_a_gpu_error() {
+    let mut fake = Fake::answering(Poll::Failed(nccl_error(NcclResult::ncclRemoteError)));
+    let err = wait(&mut fake, Duration::from_secs(10), "step 9").expect_err("failed");
+    let text = err.to_string();
+    let gpu: GpuError = err.into();
+    assert_eq!(gpu.to_string(), text);
+    assert!(
+        matches!(gpu, GpuError::Wait(ref w) if w.is_remote()),
+        "{gpu:?}"
+    );
+}
+
+#[test]
+fn a_null_communicator_is_refused_not_aborted() {
+    // SAFETY: NCCL checks the handle: NULL is reported as an invalid argument (and nothing is aborted).
     let err = unsafe { watchdog::wait_comm_ready(std::ptr::null_mut(), Duration::from_secs(5)) }
         .expect_err("NULL is no communicator");
-    let WaitError::Failed { error, .. } = &err else {
+    let WaitError::Refused { error, .. } = &err else {
         panic!("{err}")
     };
     let GpuError::Nccl { code, text, .. } = &**error else {

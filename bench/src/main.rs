@@ -573,7 +573,7 @@ impl<'a> Bench<'a> {
         } else {
             Vec::new()
         };
-        let timed = (|| {
+        let timed = (|| -> Result<f32, GpuError> {
             for g in &self.gpus.list {
                 // SAFETY: the event and the stream are live and belong to the same device.
                 unsafe { record_event(g.start, g.stream)? };
@@ -604,7 +604,7 @@ impl<'a> Bench<'a> {
                 unsafe {
                     check_cuda(api.cuEventSynchronize(g.stop), "cuEventSynchronize")?;
                     check_cuda(
-                        api.cuEventElapsedTime_v2(&mut t, g.start, g.stop),
+                        api.cuEventElapsedTime(&mut t, g.start, g.stop),
                         "cuEventElapsedTime",
                     )?;
                 }
@@ -616,7 +616,7 @@ impl<'a> Bench<'a> {
             // SAFETY: the streams finished every launch (or the run failed); nothing uses exec afterwards.
             unsafe {
                 let _ = self.sync_all();
-                api.cuGraphExecDestroy(exec);
+                let _ = api.cuGraphExecDestroy(exec);
             }
         }
         let launches = if graphed { o.graph_launches } else { 1 };
@@ -666,14 +666,14 @@ impl<'a> Bench<'a> {
         });
         for graph in graphs {
             // SAFETY: the executable graphs are independent of the graph they came from.
-            unsafe { api.cuGraphDestroy(graph) };
+            let _ = unsafe { api.cuGraphDestroy(graph) };
         }
         match result {
             Ok(()) => Ok(execs),
             Err(e) => {
                 for exec in execs {
                     // SAFETY: not launched, or its launch was waited for above.
-                    unsafe { api.cuGraphExecDestroy(exec) };
+                    let _ = unsafe { api.cuGraphExecDestroy(exec) };
                 }
                 Err(e)
             }

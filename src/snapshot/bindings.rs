@@ -302,7 +302,7 @@ impl cudaError_enum {
 }
 #[repr(transparent)]
 #[doc = " Error codes"]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaError_enum(pub ::std::os::raw::c_uint);
 #[doc = " Error codes"]
 pub use self::cudaError_enum as CUresult;
@@ -322,7 +322,7 @@ pub struct ncclWindow_vidmem {
 }
 pub type ncclWindow_t = *mut ncclWindow_vidmem;
 #[repr(C)]
-#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+#[derive(Copy, Clone, Hash, PartialEq, Eq)]
 pub struct ncclUniqueId {
     pub internal: [::std::os::raw::c_char; 128usize],
 }

@@ -569,8 +569,8 @@ fn abort_from_another_thread_unsticks_a_collective() {
         rx.try_recv().is_err(),
         "the lone all-reduce finished without rank 1"
     );
-    // SAFETY: a live stream.
     assert!(
+        // SAFETY: a live stream.
         !unsafe { stream_ready(streams[0]) }.expect("cuStreamQuery"),
         "rank 0's stream is idle"
     );

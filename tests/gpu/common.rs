@@ -377,8 +377,8 @@ pub fn wait_comms(comms: &[NcclComm], what: &str) -> Result<(), GpuError> {
     for &comm in comms {
         loop {
             let mut state = NcclResult::ncclInProgress;
-            // SAFETY: a live communicator; writes one value.
             check_nccl(
+                // SAFETY: a live communicator; writes one value.
                 unsafe { ncclCommGetAsyncError(comm, &mut state) },
                 "ncclCommGetAsyncError",
             )?;
@@ -618,9 +618,9 @@ pub fn run_case(
                     ncclScalarResidence_t::ncclScalarHostImmediate,
                 )
             };
-            // SAFETY: the scalar holds one element of dt: host memory read before the call returns, or
-            // device memory kept alive (scalar_bufs) until the collective has completed.
             check_nccl(
+                // SAFETY: the scalar holds one element of dt: host memory read before the call returns,
+                // or device memory kept alive (scalar_bufs) until the collective has completed.
                 unsafe {
                     ncclRedOpCreatePreMulSum(&mut op, ptr, dt.nccl, residence, world.comms[r])
                 },
@@ -671,8 +671,8 @@ pub fn run_case(
     // Whatever happened, wait for the streams before buffers and ops go away.
     let synced: Result<(), GpuError> = world.streams.iter().try_for_each(|&s| sync(s));
     for (r, &op) in ops.iter().enumerate() {
-        // SAFETY: the op was made for this communicator; the collective that used it has completed.
         check_nccl(
+            // SAFETY: the op was made for this communicator; the collective that used it has completed.
             unsafe { ncclRedOpDestroy(op, world.comms[r]) },
             "ncclRedOpDestroy",
         )

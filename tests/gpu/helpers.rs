@@ -28,8 +28,8 @@ fn per_gpu(rank: usize, n: usize, id: NcclUniqueId) -> Result<Vec<String>, Strin
     let event = create_event(dev).map_err(|e| e.to_string())?;
     let mut comm: NcclComm = std::ptr::null_mut();
     cuda::use_device(dev, "helpers test").map_err(|e| e.to_string())?;
-    // SAFETY: writes one handle; rank `rank` of n on the current device.
     check_nccl(
+        // SAFETY: writes one handle; rank `rank` of n on the current device.
         unsafe { ncclCommInitRank(&mut comm, n as i32, id, rank as i32) },
         "ncclCommInitRank",
     )
@@ -46,8 +46,8 @@ fn per_gpu(rank: usize, n: usize, id: NcclUniqueId) -> Result<Vec<String>, Strin
 
     // Producer: upload, all-reduce in place; event; consumer waits for it, then copies x to y.
     x.upload(0, &inputs[rank], producer);
-    // SAFETY: x holds COUNT floats on this device; the stream is this device's.
     check_nccl(
+        // SAFETY: x holds COUNT floats on this device; the stream is this device's.
         unsafe {
             ncclAllReduce(
                 x.at(0),
@@ -64,8 +64,8 @@ fn per_gpu(rank: usize, n: usize, id: NcclUniqueId) -> Result<Vec<String>, Strin
     .map_err(|e| e.to_string())?;
     record(event, producer).map_err(|e| e.to_string())?;
     wait_event(consumer, event).map_err(|e| e.to_string())?;
-    // SAFETY: both buffers hold COUNT * 4 bytes; the consumer stream is live.
     check_cuda(
+        // SAFETY: both buffers hold COUNT * 4 bytes; the consumer stream is live.
         unsafe { api().cuMemcpyDtoDAsync_v2(y.ptr, x.ptr, COUNT * 4, consumer) },
         "cuMemcpyDtoDAsync",
     )
@@ -82,8 +82,8 @@ fn per_gpu(rank: usize, n: usize, id: NcclUniqueId) -> Result<Vec<String>, Strin
 
     // stream_ready: false while 16 large all-reduces run, true after sync_stream.
     for _ in 0..16 {
-        // SAFETY: as above.
         check_nccl(
+            // SAFETY: as above.
             unsafe {
                 ncclAllReduce(
                     x.at(0),

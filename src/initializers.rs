@@ -1,8 +1,10 @@
 //! Values nccl.h gives as initializer macros, taken from the C shim so they are exactly the installed
-//! header's, and the unique id's conversion to bytes for sending between processes.
+//! header's (`NcclConfig::default()` is `NCCL_CONFIG_INITIALIZER`), and the one config field whose lifetime
+//! the C type cannot say.
 
-use crate::bindings::{ncclGetUniqueId, ncclUniqueId, METRALE_NCCL_CONFIG_UNDEF_INT};
-use crate::error::{check_nccl, GpuError};
+use std::ffi::CStr;
+
+use crate::bindings::{ncclConfig_t, METRALE_NCCL_CONFIG_UNDEF_INT};
 
 /// `NCCL_CONFIG_UNDEF_INT`: the value of a config field left to NCCL's default (`INT_MIN`).
 pub const NCCL_CONFIG_UNDEF_INT: i32 = METRALE_NCCL_CONFIG_UNDEF_INT;
@@ -45,41 +47,11 @@ initializer!(
     "(NCCL 2.32+)."
 );
 
-impl ncclUniqueId {
-    /// Its size, `NCCL_UNIQUE_ID_BYTES`.
-    pub const BYTES: usize = crate::bindings::NCCL_UNIQUE_ID_BYTES as usize;
-
-    /// A new id from `ncclGetUniqueId`, for rank 0 to hand to the other ranks.
-    pub fn new() -> Result<ncclUniqueId, GpuError> {
-        let mut id = ncclUniqueId {
-            internal: [0; Self::BYTES],
-        };
-        // SAFETY: writes one ncclUniqueId through a valid pointer.
-        check_nccl(unsafe { ncclGetUniqueId(&mut id) }, "ncclGetUniqueId")?;
-        Ok(id)
-    }
-
-    /// The id's bytes, to send to other processes or hosts.
-    pub fn to_bytes(&self) -> [u8; Self::BYTES] {
-        self.internal.map(|c| c as u8)
-    }
-
-    /// The id whose bytes another process sent.
-    pub fn from_bytes(bytes: [u8; Self::BYTES]) -> ncclUniqueId {
-        ncclUniqueId {
-            internal: bytes.map(|b| b as std::os::raw::c_char),
-        }
-    }
-}
-
-impl From<[u8; ncclUniqueId::BYTES]> for ncclUniqueId {
-    fn from(bytes: [u8; ncclUniqueId::BYTES]) -> Self {
-        ncclUniqueId::from_bytes(bytes)
-    }
-}
-
-impl From<ncclUniqueId> for [u8; ncclUniqueId::BYTES] {
-    fn from(id: ncclUniqueId) -> Self {
-        id.to_bytes()
+impl ncclConfig_t {
+    /// Sets `commName`, the communicator's name in NCCL's logs and profiler, from a string that lives for
+    /// the whole program, as NCCL needs: see [`NcclConfig`](crate::nccl::NcclConfig). For a name built
+    /// at run time, `CString::leak` gives one (a few bytes per communicator).
+    pub fn set_comm_name(&mut self, name: &'static CStr) {
+        self.commName = name.as_ptr();
     }
 }
