@@ -152,6 +152,7 @@ pub mod nccl {
     pub use crate::error::{check_nccl, GpuError};
     pub use crate::initializers::NCCL_CONFIG_UNDEF_INT;
     pub use crate::memory::{nccl_mem_alloc, nccl_mem_free};
+    #[doc(inline)]
     pub use crate::stream::{
         create_event, create_stream, destroy_event, destroy_stream, record_event, stream_ready,
         stream_wait_event, sync_stream,
