@@ -17,7 +17,6 @@ fn copy_crate(to: &Path) {
     let _ = std::fs::remove_dir_all(to);
     std::fs::create_dir_all(to).expect("mkdir");
     for entry in [
-        "build.rs",
         "wrapper.h",
         "Cargo.lock",
         "build",

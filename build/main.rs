@@ -2,16 +2,18 @@
 //! The steps, in order: `find` (discovery), `header` (versions), `bindings` (bindgen), the shim (cc), linking.
 //! Any failure ends the build with one message on stderr: what is missing, where it looked, how to fix it.
 
-#[path = "build/bindings.rs"]
 mod bindings;
-#[path = "build/env.rs"]
 mod env;
-#[path = "build/find.rs"]
 mod find;
-#[path = "build/header.rs"]
 mod header;
+// Shared with the crate (which compares it with the loaded library's version): one definition of the type.
+#[allow(dead_code)] // `from_code` is the crate's
+#[path = "../src/nccl_version.rs"]
+mod nccl_version;
 
 use std::path::{Path, PathBuf};
+
+use nccl_version::NcclVersion;
 
 /// Minor versions the `nccl_2_<minor>` cfg flags are declared for (see `emit_version`).
 const NCCL_MINORS: std::ops::RangeInclusive<u32> = 0..=99;
@@ -26,7 +28,13 @@ fn main() {
 fn run() -> Result<(), String> {
     let manifest_dir = PathBuf::from(required("CARGO_MANIFEST_DIR")?);
     let out_dir = PathBuf::from(required("OUT_DIR")?);
-    for input in ["build.rs", "build", "wrapper.h", "shim", "src/snapshot"] {
+    for input in [
+        "build",
+        "src/nccl_version.rs",
+        "wrapper.h",
+        "shim",
+        "src/snapshot",
+    ] {
         println!("cargo:rerun-if-changed={input}");
     }
 
@@ -99,7 +107,7 @@ impl Snapshot {
     const FILES: [&'static str; 2] = ["bindings.rs", "cuda_driver.rs"];
 
     /// Puts the snapshot where bindgen's output would go; returns the NCCL and CUDA versions it was made from.
-    fn install(&self, out_dir: &Path) -> Result<(header::NcclVersion, u32), String> {
+    fn install(&self, out_dir: &Path) -> Result<(NcclVersion, u32), String> {
         for file in Self::FILES {
             let from = self.dir.join(file);
             std::fs::copy(&from, out_dir.join(file)).map_err(|e| {
@@ -159,7 +167,7 @@ fn link_nccl(found: &find::Found) {
 
 /// Versions for this crate (cfg flags) and for dependents (`DEP_NCCL_*` in their build scripts); where the
 /// headers and library are, unless the bindings come from the snapshot alone (docs.rs).
-fn emit_version(nccl: header::NcclVersion, cuda: u32, found: Option<&find::Found>, out_dir: &Path) {
+fn emit_version(nccl: NcclVersion, cuda: u32, found: Option<&find::Found>, out_dir: &Path) {
     for minor in NCCL_MINORS {
         println!("cargo:rustc-check-cfg=cfg(nccl_2_{minor})");
         if nccl.major > 2 || (nccl.major == 2 && minor <= nccl.minor) {
