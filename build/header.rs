@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::nccl_version::NcclVersion;
 
 /// The version from its three parts, `NCCL_MAJOR`, `NCCL_MINOR` and `NCCL_PATCH`, as `field` reads them.
-fn read_version(field: impl Fn(&str) -> Result<u32, String>) -> Result<NcclVersion, String> {
+pub fn read_version(field: impl Fn(&str) -> Result<u32, String>) -> Result<NcclVersion, String> {
     Ok(NcclVersion {
         major: field("NCCL_MAJOR")?,
         minor: field("NCCL_MINOR")?,
@@ -46,21 +46,4 @@ fn define(text: &str, name: &str) -> Option<u32> {
         (words.next() == Some("#define") && words.next() == Some(name))
             .then(|| words.next()?.parse().ok())?
     })
-}
-
-/// The NCCL and CUDA versions a committed bindings snapshot was generated from (its `pub const`s).
-pub fn snapshot_versions(bindings: &Path) -> Result<(NcclVersion, u32), String> {
-    let text = read(bindings)?;
-    let field = |name: &str| {
-        let prefix = format!("pub const {name}: u32 = ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&prefix)?.strip_suffix(';')?.parse().ok())
-            .ok_or_else(|| {
-                format!(
-                    "{} has no `{prefix}…;`: regenerate it with ci/regen",
-                    bindings.display()
-                )
-            })
-    };
-    Ok((read_version(field)?, field("CUDA_VERSION")?))
 }

@@ -6,6 +6,7 @@ mod bindings;
 mod env;
 mod find;
 mod header;
+mod snapshot;
 // Shared with the crate (which compares it with the loaded library's version): one definition of the type.
 #[allow(dead_code)] // `from_code` is the crate's
 #[path = "../src/nccl_version.rs"]
@@ -14,6 +15,7 @@ mod nccl_version;
 use std::path::{Path, PathBuf};
 
 use nccl_version::NcclVersion;
+use snapshot::Snapshot;
 
 /// Minor versions the `nccl_2_<minor>` cfg flags are declared for (see `emit_version`).
 const NCCL_MINORS: std::ops::RangeInclusive<u32> = 0..=99;
@@ -61,6 +63,9 @@ fn run() -> Result<(), String> {
 
     let mut include_dirs = vec![found.nccl_include.clone()];
     include_dirs.extend(found.cuda_include.iter().cloned());
+    let mut shim = cc::Build::new();
+    // With `bundled-bindings`: what a failed compile of the shim means.
+    let mut bundled_note = String::new();
     if env::var("CARGO_FEATURE_BUNDLED_BINDINGS").is_some() {
         let (bundled, _) = snapshot.install(&out_dir)?;
         if bundled != nccl {
@@ -71,6 +76,26 @@ fn run() -> Result<(), String> {
                 found.nccl_include.display()
             ));
         }
+        // The same version number does not make the same structs (a patched or mislabelled nccl.h): the
+        // shim checks that each struct it fills has the size of the snapshot's Rust type.
+        shim.define("METRALE_BUNDLED_BINDINGS", None);
+        let mut sizes = Vec::new();
+        for (c_name, size) in snapshot.filled_struct_sizes()? {
+            shim.define(
+                &format!("METRALE_SNAPSHOT_SIZEOF_{c_name}"),
+                size.to_string().as_str(),
+            );
+            if size > 0 {
+                sizes.push(format!("{c_name}: {size} bytes"));
+            }
+        }
+        bundled_note = format!(
+            "\nWith `bundled-bindings` the shim checks that each struct it fills has the size of the bundled \
+             snapshot's Rust type ({}); the `_Static_assert` or `#error` above names the struct that differs. \
+             These headers are not the ones the snapshot was made from, whatever their version says: drop the \
+             feature so that bindgen translates them.",
+            sizes.join(", ")
+        );
     } else {
         generate_bindings(&bindings::Inputs {
             wrapper: &manifest_dir.join("wrapper.h"),
@@ -80,15 +105,14 @@ fn run() -> Result<(), String> {
         })?;
     }
 
-    cc::Build::new()
-        .file(manifest_dir.join("shim/shim.c"))
+    shim.file(manifest_dir.join("shim/shim.c"))
         .includes(&include_dirs)
         .warnings(true)
         .extra_warnings(true)
         .try_compile("metrale_gpu_shim")
         .map_err(|e| {
             format!(
-                "cannot compile shim/shim.c against {}: {e}",
+                "cannot compile shim/shim.c against {}: {e}{bundled_note}",
                 found.nccl_include.display()
             )
         })?;
@@ -96,26 +120,6 @@ fn run() -> Result<(), String> {
     link_nccl(&found);
     emit_version(nccl, cuda, Some(&found), &out_dir);
     Ok(())
-}
-
-/// The committed output of bindgen for the pinned NCCL (`ci/regen` writes it; `tests/snapshot.rs` guards it).
-struct Snapshot {
-    dir: PathBuf,
-}
-
-impl Snapshot {
-    const FILES: [&'static str; 2] = ["bindings.rs", "cuda_driver.rs"];
-
-    /// Puts the snapshot where bindgen's output would go; returns the NCCL and CUDA versions it was made from.
-    fn install(&self, out_dir: &Path) -> Result<(NcclVersion, u32), String> {
-        for file in Self::FILES {
-            let from = self.dir.join(file);
-            std::fs::copy(&from, out_dir.join(file)).map_err(|e| {
-                format!("cannot copy the bindings snapshot {}: {e}", from.display())
-            })?;
-        }
-        header::snapshot_versions(&self.dir.join("bindings.rs"))
-    }
 }
 
 /// NCCL's version as the crate's version carries it (`0.1.0+nccl-2.29.7`): the one place it is pinned.

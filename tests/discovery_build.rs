@@ -260,3 +260,50 @@ fn bundled_bindings_need_no_libclang_but_the_same_nccl() {
     );
     assert!(stderr.contains("the bundled bindings (feature `bundled-bindings`) are NCCL 2.29.7's, but the headers found are 2.28.9"), "{stderr}");
 }
+
+#[test]
+fn bundled_bindings_refuse_headers_whose_structs_differ_from_the_snapshot() {
+    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bundled-mismatch");
+    let krate = scratch.join("crate");
+    copy_crate(&krate);
+    let nccl = deps().join("nccl-2.29.7/nvidia/nccl");
+    // The pinned nccl.h with one more field in ncclConfig_t: the same version number, another struct.
+    let include = scratch.join("include");
+    std::fs::create_dir_all(&include).expect("mkdir");
+    let header = std::fs::read_to_string(nccl.join("include/nccl.h")).expect("nccl.h");
+    let patched = header.replacen(
+        "} ncclConfig_t;",
+        "  int metraleExtraField;\n} ncclConfig_t;",
+        1,
+    );
+    assert_ne!(patched, header, "nccl.h has no `}} ncclConfig_t;`");
+    std::fs::write(include.join("nccl.h"), patched).expect("write nccl.h");
+    let vars = [
+        ("NCCL_INCLUDE_DIR", include),
+        ("NCCL_LIB_DIR", nccl.join("lib")),
+        ("CUDA_HOME", deps().join("cuda-13.0/nvidia/cu13")),
+    ];
+    let out = cargo(
+        &krate,
+        &["build", "--lib", "--features", "bundled-bindings"],
+        &vars,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "built the snapshot against a larger ncclConfig_t"
+    );
+    // This test is built against the pinned headers, whose types are the snapshot's.
+    use metrale_gpu_sys::bindings::{ncclConfig_t, ncclSimInfo_t};
+    for text in [
+        "bundled-bindings: sizeof(ncclConfig_t) in the headers found differs",
+        &format!(
+            "the size of the bundled snapshot's Rust type (ncclConfig_t: {} bytes, ncclSimInfo_t: {} bytes)",
+            size_of::<ncclConfig_t>(),
+            size_of::<ncclSimInfo_t>()
+        ),
+        "drop the feature",
+    ] {
+        assert!(stderr.contains(text), "expected {text:?} in:\n{stderr}");
+    }
+}
