@@ -12,6 +12,17 @@ fn deps() -> PathBuf {
     Path::new(REPO).join(".deps")
 }
 
+/// Where this test binary's scratch crates and their builds go: inside its own target directory, so that
+/// runs from other target directories (and their cached fingerprints) never meet.
+fn scratch(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+/// The target directory every scratch crate builds in (one, so that the dependencies build once).
+fn scratch_target() -> PathBuf {
+    scratch("discovery-build-target")
+}
+
 /// The package's build inputs, copied to a directory of their own, as a workspace of its own.
 fn copy_crate(to: &Path) {
     let _ = std::fs::remove_dir_all(to);
@@ -66,10 +77,7 @@ fn cargo(krate: &Path, args: &[&str], vars: &[(&str, PathBuf)]) -> Output {
     cmd.args(args)
         .args(["--offline", "--locked", "--manifest-path"])
         .arg(krate.join("Cargo.toml"))
-        .env(
-            "CARGO_TARGET_DIR",
-            Path::new(REPO).join("target/discovery-build"),
-        );
+        .env("CARGO_TARGET_DIR", scratch_target());
     for var in [
         "NCCL_INCLUDE_DIR",
         "NCCL_LIB_DIR",
@@ -92,7 +100,7 @@ fn cargo(krate: &Path, args: &[&str], vars: &[(&str, PathBuf)]) -> Output {
 }
 
 fn run_example(expect_found_by: &[&str]) {
-    let exe = Path::new(REPO).join("target/discovery-build/debug/examples/nccl_info");
+    let exe = scratch_target().join("debug/examples/nccl_info");
     let out = Command::new(&exe)
         .env_remove("LD_LIBRARY_PATH")
         .output()
@@ -120,8 +128,8 @@ fn ok(out: &Output, what: &str) -> String {
 
 #[test]
 fn each_way_of_finding_the_headers_builds_and_runs() {
-    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join("discovery-build");
-    let krate = scratch.join("crate");
+    let dir = scratch("discovery-build");
+    let krate = dir.join("crate");
     copy_crate(&krate);
     let nccl = deps().join("nccl-2.29.7/nvidia/nccl");
     let cuda = deps().join("cuda-13.0/nvidia/cu13");
@@ -177,7 +185,7 @@ fn each_way_of_finding_the_headers_builds_and_runs() {
     run_example(&["NCCL_INCLUDE_DIR/NCCL_LIB_DIR", "CUDA_INCLUDE_DIR"]);
 
     // pkg-config files such as a distribution would ship.
-    let pc = scratch.join("pkgconfig");
+    let pc = dir.join("pkgconfig");
     std::fs::create_dir_all(&pc).expect("mkdir");
     let nccl_pc = format!(
         "includedir={}\nlibdir={}\n\nName: nccl\nDescription: NVIDIA NCCL\nVersion: 2.29.7\nCflags: -I${{includedir}}\nLibs: -L${{libdir}} -lnccl\n",
@@ -199,7 +207,7 @@ fn each_way_of_finding_the_headers_builds_and_runs() {
 
 #[test]
 fn docs_rs_mode_documents_every_item_without_any_header() {
-    let krate = Path::new(env!("CARGO_TARGET_TMPDIR")).join("docs-rs/crate");
+    let krate = scratch("docs-rs/crate");
     copy_crate(&krate);
     // No variable points anywhere and the copy has no .deps/: only the snapshot is there.
     let vars = [
@@ -210,7 +218,7 @@ fn docs_rs_mode_documents_every_item_without_any_header() {
         &cargo(&krate, &["doc", "--no-deps", "--lib"], &vars),
         "DOCS_RS=1 cargo doc",
     );
-    let doc = Path::new(REPO).join("target/discovery-build/doc/metrale_gpu_sys");
+    let doc = scratch_target().join("doc/metrale_gpu_sys");
     for (page, text) in [
         ("bindings/fn.ncclAllReduce.html", "All-Reduce"),
         ("bindings/fn.ncclCommInitRankConfig.html", "configuration"),
@@ -231,7 +239,7 @@ fn docs_rs_mode_documents_every_item_without_any_header() {
 
 #[test]
 fn bundled_bindings_need_no_libclang_but_the_same_nccl() {
-    let krate = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bundled/crate");
+    let krate = scratch("bundled/crate");
     copy_crate(&krate);
     let nccl = deps().join("nccl-2.29.7/nvidia/nccl");
     let cuda = deps().join("cuda-13.0/nvidia/cu13");
@@ -263,12 +271,12 @@ fn bundled_bindings_need_no_libclang_but_the_same_nccl() {
 
 #[test]
 fn bundled_bindings_refuse_headers_whose_structs_differ_from_the_snapshot() {
-    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bundled-mismatch");
-    let krate = scratch.join("crate");
+    let dir = scratch("bundled-mismatch");
+    let krate = dir.join("crate");
     copy_crate(&krate);
     let nccl = deps().join("nccl-2.29.7/nvidia/nccl");
     // The pinned nccl.h with one more field in ncclConfig_t: the same version number, another struct.
-    let include = scratch.join("include");
+    let include = dir.join("include");
     std::fs::create_dir_all(&include).expect("mkdir");
     let header = std::fs::read_to_string(nccl.join("include/nccl.h")).expect("nccl.h");
     let patched = header.replacen(
