@@ -50,7 +50,14 @@ fn run() -> Result<(), String> {
         return Ok(());
     }
 
-    let places = find::Places::new(&manifest_dir, &pinned_nccl());
+    let target = required("TARGET")?;
+    let host = required("HOST")?;
+    let places = find::Places::new(
+        &manifest_dir,
+        &pinned_nccl(),
+        &target.to_string_lossy(),
+        &host.to_string_lossy(),
+    );
     let found = find::find(&BuildHost, &places)?;
     for skipped in &found.passed_over {
         println!(
