@@ -71,11 +71,20 @@ fn build(krate: &Path, vars: &[(&str, PathBuf)], verbose: bool) -> Output {
     cargo(krate, &args[..if verbose { 4 } else { 3 }], vars)
 }
 
-/// `cargo <args>` on the copy, offline, with exactly `vars` set among the variables the build reads.
+/// `cargo <args>` on the copy, offline, with this repository's Cargo.lock as it is.
 fn cargo(krate: &Path, args: &[&str], vars: &[(&str, PathBuf)]) -> Output {
+    cargo_command(krate, args, vars)
+        .arg("--locked")
+        .output()
+        .expect("run cargo")
+}
+
+/// `cargo <args>` on a scratch crate or workspace, offline, with exactly `vars` set among the variables the
+/// build reads.
+fn cargo_command(krate: &Path, args: &[&str], vars: &[(&str, PathBuf)]) -> Command {
     let mut cmd = Command::new(env!("CARGO"));
     cmd.args(args)
-        .args(["--offline", "--locked", "--manifest-path"])
+        .args(["--offline", "--manifest-path"])
         .arg(krate.join("Cargo.toml"))
         .env("CARGO_TARGET_DIR", scratch_target());
     for var in [
@@ -96,7 +105,7 @@ fn cargo(krate: &Path, args: &[&str], vars: &[(&str, PathBuf)]) -> Output {
     for (k, v) in vars {
         cmd.env(k, v);
     }
-    cmd.output().expect("run cargo")
+    cmd
 }
 
 fn run_example(expect_found_by: &[&str]) {
@@ -314,4 +323,82 @@ fn bundled_bindings_refuse_headers_whose_structs_differ_from_the_snapshot() {
     ] {
         assert!(stderr.contains(text), "expected {text:?} in:\n{stderr}");
     }
+}
+
+/// A file of a scratch package, its folders made.
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+/// The README's recipe for a binary of a crate that depends on metrale-comm (here `middle`, which depends
+/// on metrale-gpu-sys): without it the binary cannot find libnccl at start; with it, it runs.
+#[test]
+fn a_dependents_binary_runs_without_ld_library_path_by_the_readmes_recipe() {
+    let readme = std::fs::read_to_string(Path::new(REPO).join("README.md")).expect("README.md");
+    let start = "```rust\n// build.rs of the package that builds the binary";
+    let recipe = readme
+        .split_once(start)
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(body, _)| format!("// build.rs{body}"))
+        .unwrap_or_else(|| panic!("README.md has no block starting {start:?}"));
+
+    let _ = std::fs::remove_dir_all(scratch("dependent"));
+    // The crate beside the workspace, not in it: a workspace of its own, as a registry crate is.
+    copy_crate(&scratch("dependent/gpu-sys"));
+    let dir = scratch("dependent/app");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::copy(Path::new(REPO).join("Cargo.lock"), dir.join("Cargo.lock")).expect("Cargo.lock");
+    write(
+        &dir.join("Cargo.toml"),
+        "[workspace]\nmembers = [\"middle\", \"plain\", \"recipe\"]\nresolver = \"2\"\n",
+    );
+    let package = |name: &str, deps: &str| {
+        format!("[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[dependencies]\n{deps}")
+    };
+    let gpu_sys = "metrale-gpu-sys = { path = \"../../gpu-sys\" }\n";
+    write(&dir.join("middle/Cargo.toml"), &package("middle", gpu_sys));
+    write(
+        &dir.join("middle/src/lib.rs"),
+        "pub fn nccl() -> String {\n    metrale_gpu_sys::version::library_version().map_or_else(|e| e.to_string(), |v| v.to_string())\n}\n",
+    );
+    let main = "fn main() {\n    println!(\"libnccl {}\", middle::nccl());\n}\n";
+    let middle = "middle = { path = \"../middle\" }\n";
+    write(&dir.join("plain/Cargo.toml"), &package("plain", middle));
+    write(&dir.join("plain/src/main.rs"), main);
+    write(
+        &dir.join("recipe/Cargo.toml"),
+        &package("recipe", &format!("{middle}{gpu_sys}")),
+    );
+    write(&dir.join("recipe/src/main.rs"), main);
+    write(&dir.join("recipe/build.rs"), &recipe);
+
+    let nccl = deps().join("nccl-2.29.7/nvidia/nccl");
+    let vars = [
+        ("NCCL_HOME", nccl.clone()),
+        ("CUDA_HOME", deps().join("cuda-13.0/nvidia/cu13")),
+    ];
+    let out = cargo_command(&dir, &["build", "--workspace"], &vars)
+        .output()
+        .expect("run cargo");
+    ok(&out, "the dependent workspace");
+    let run = |bin: &str| {
+        Command::new(scratch_target().join("debug").join(bin))
+            .env_remove("LD_LIBRARY_PATH")
+            .output()
+            .expect("run the dependent's binary")
+    };
+    let plain = run("plain");
+    assert!(
+        !plain.status.success()
+            && String::from_utf8_lossy(&plain.stderr)
+                .contains("libnccl.so.2: cannot open shared object file"),
+        "without the recipe the binary was expected not to find libnccl: {plain:?}"
+    );
+    let recipe = run("recipe");
+    assert_eq!(
+        String::from_utf8_lossy(&recipe.stdout),
+        "libnccl 2.29.7\n",
+        "{recipe:?}"
+    );
 }
