@@ -327,14 +327,19 @@ fn cuda_12_pip_wheels_are_found_from_one_variable() {
     );
 }
 
+/// Places as the build script makes them for `target` on an x86_64 build machine, in a checkout at /repo.
+fn places_for(target: &str) -> Places {
+    Places::new(
+        Path::new("/repo"),
+        "2.29.7",
+        target,
+        "x86_64-unknown-linux-gnu",
+    )
+}
+
 /// Places for a cross-build to aarch64 on x86_64, with the fixed folders empty under `dir`.
 fn aarch64_places(dir: &Path) -> Places {
-    let cross = Places::new(
-        dir,
-        "2.29.7",
-        "aarch64-unknown-linux-gnu",
-        "x86_64-unknown-linux-gnu",
-    );
+    let cross = places_for("aarch64-unknown-linux-gnu");
     Places {
         target: cross.target,
         cuda_target: cross.cuda_target,
@@ -345,24 +350,14 @@ fn aarch64_places(dir: &Path) -> Places {
 
 #[test]
 fn a_cross_build_takes_the_targets_folders() {
-    let native = Places::new(
-        Path::new("/repo"),
-        "2.29.7",
-        "x86_64-unknown-linux-gnu",
-        "x86_64-unknown-linux-gnu",
-    );
+    let native = places_for("x86_64-unknown-linux-gnu");
     assert_eq!(native.system_lib, Path::new("/usr/lib/x86_64-linux-gnu"));
     assert_eq!(
         native.setup_nccl,
         Path::new("/repo/.deps/nccl-2.29.7/nvidia/nccl")
     );
     assert_eq!(native.cuda_target, "x86_64-linux");
-    let cross = Places::new(
-        Path::new("/repo"),
-        "2.29.7",
-        "aarch64-unknown-linux-gnu",
-        "x86_64-unknown-linux-gnu",
-    );
+    let cross = places_for("aarch64-unknown-linux-gnu");
     assert_eq!(cross.system_lib, Path::new("/usr/lib/aarch64-linux-gnu"));
     assert_eq!(
         cross.setup_nccl,
