@@ -72,37 +72,8 @@ fn run() -> Result<(), String> {
     include_dirs.extend(found.cuda_include.iter().cloned());
     let mut shim = cc::Build::new();
     // With `bundled-bindings`: what a failed compile of the shim means.
-    let mut bundled_note = String::new();
-    if env::var("CARGO_FEATURE_BUNDLED_BINDINGS").is_some() {
-        let (bundled, _) = snapshot.install(&out_dir)?;
-        if bundled != nccl {
-            return Err(format!(
-                "the bundled bindings (feature `bundled-bindings`) are NCCL {bundled}'s, but the headers found are \
-                 {nccl} ({}): their structs may differ. Point the build at NCCL {bundled}, or drop the feature so \
-                 bindgen translates the headers found.",
-                found.nccl_include.display()
-            ));
-        }
-        // The same version number does not make the same structs (a patched or mislabelled nccl.h): the
-        // shim checks that each struct it fills has the size of the snapshot's Rust type.
-        shim.define("METRALE_BUNDLED_BINDINGS", None);
-        let mut sizes = Vec::new();
-        for (c_name, size) in snapshot.filled_struct_sizes()? {
-            shim.define(
-                &format!("METRALE_SNAPSHOT_SIZEOF_{c_name}"),
-                size.to_string().as_str(),
-            );
-            if size > 0 {
-                sizes.push(format!("{c_name}: {size} bytes"));
-            }
-        }
-        bundled_note = format!(
-            "\nWith `bundled-bindings` the shim checks that each struct it fills has the size of the bundled \
-             snapshot's Rust type ({}); the `_Static_assert` or `#error` above names the struct that differs. \
-             These headers are not the ones the snapshot was made from, whatever their version says: drop the \
-             feature so that bindgen translates them.",
-            sizes.join(", ")
-        );
+    let bundled_note = if env::var("CARGO_FEATURE_BUNDLED_BINDINGS").is_some() {
+        use_snapshot(&snapshot, nccl, &found, &out_dir, &mut shim)?
     } else {
         generate_bindings(&bindings::Inputs {
             wrapper: &manifest_dir.join("wrapper.h"),
@@ -110,7 +81,8 @@ fn run() -> Result<(), String> {
             include_dirs: &include_dirs,
             out_dir: &out_dir,
         })?;
-    }
+        String::new()
+    };
 
     shim.file(manifest_dir.join("shim/shim.c"))
         .includes(&include_dirs)
@@ -127,6 +99,46 @@ fn run() -> Result<(), String> {
     link_nccl(&found);
     emit_version(nccl, cuda, Some(&found), &out_dir);
     Ok(())
+}
+
+/// `bundled-bindings`: installs the snapshot where the headers found are its NCCL version, and has the
+/// shim's compile check that each struct it fills has the size of the snapshot's Rust type (the same
+/// version number does not make the same structs: a patched or mislabelled nccl.h). Returns what a failed
+/// compile of the shim then means.
+fn use_snapshot(
+    snapshot: &Snapshot,
+    nccl: NcclVersion,
+    found: &find::Found,
+    out_dir: &Path,
+    shim: &mut cc::Build,
+) -> Result<String, String> {
+    let (bundled, _) = snapshot.install(out_dir)?;
+    if bundled != nccl {
+        return Err(format!(
+            "the bundled bindings (feature `bundled-bindings`) are NCCL {bundled}'s, but the headers found are \
+             {nccl} ({}): their structs may differ. Point the build at NCCL {bundled}, or drop the feature so \
+             bindgen translates the headers found.",
+            found.nccl_include.display()
+        ));
+    }
+    shim.define("METRALE_BUNDLED_BINDINGS", None);
+    let mut sizes = Vec::new();
+    for (c_name, size) in snapshot.filled_struct_sizes()? {
+        shim.define(
+            &format!("METRALE_SNAPSHOT_SIZEOF_{c_name}"),
+            size.to_string().as_str(),
+        );
+        if size > 0 {
+            sizes.push(format!("{c_name}: {size} bytes"));
+        }
+    }
+    Ok(format!(
+        "\nWith `bundled-bindings` the shim checks that each struct it fills has the size of the bundled \
+         snapshot's Rust type ({}); the `_Static_assert` or `#error` above names the struct that differs. \
+         These headers are not the ones the snapshot was made from, whatever their version says: drop the \
+         feature so that bindgen translates them.",
+        sizes.join(", ")
+    ))
 }
 
 /// NCCL's version as the crate's version carries it (`0.1.0+nccl-2.29.7`): the one place it is pinned.
