@@ -23,27 +23,51 @@ pub struct PkgConfig {
     pub link_paths: Vec<PathBuf>,
 }
 
-/// The fixed places searched after the variables: the folder `ci/setup` fills, then the toolkit and the system.
+/// The fixed places searched after the variables (the folder `ci/setup` fills, then the toolkit and the
+/// system), and the target they are for.
 #[derive(Debug, Clone)]
 pub struct Places {
-    /// `ci/setup`'s NCCL for the pinned version (`.deps/nccl-<v>/nvidia/nccl`).
+    /// `ci/setup`'s NCCL for the pinned version (`.deps/nccl-<v>/nvidia/nccl`, or `.deps/<target>/…` for
+    /// another target than the build machine's).
     pub setup_nccl: PathBuf,
-    /// `ci/setup`'s CUDA headers (`.deps/cuda-13.0/nvidia/cu13`).
+    /// `ci/setup`'s CUDA headers (`.deps/cuda-13.0/nvidia/cu13`), the same for every target.
     pub setup_cuda: PathBuf,
     pub usr_local_cuda: PathBuf,
     pub system_include: PathBuf,
+    /// The target's multiarch library folder (`/usr/lib/aarch64-linux-gnu`).
     pub system_lib: PathBuf,
+    /// The target triple: its `<VAR>_<target>` forms of the variables are read first.
+    pub target: String,
+    /// A CUDA toolkit's folder for the target under its root: `targets/<this>/` (`sbsa-linux`).
+    pub cuda_target: String,
+    /// Whether the target is the build machine's: a toolkit root's own `lib64/` and `lib/` hold its
+    /// libraries then, and only then.
+    pub native: bool,
 }
 
 impl Places {
-    pub fn new(manifest_dir: &Path, pinned_nccl: &str) -> Places {
+    pub fn new(manifest_dir: &Path, pinned_nccl: &str, target: &str, host: &str) -> Places {
         let deps = manifest_dir.join(".deps");
+        let native = target == host;
+        let nccl_deps = if native {
+            deps.clone()
+        } else {
+            deps.join(target)
+        };
+        let arch = target.split('-').next().unwrap_or(target);
         Places {
-            setup_nccl: deps.join(format!("nccl-{pinned_nccl}/nvidia/nccl")),
+            setup_nccl: nccl_deps.join(format!("nccl-{pinned_nccl}/nvidia/nccl")),
             setup_cuda: deps.join("cuda-13.0/nvidia/cu13"),
             usr_local_cuda: PathBuf::from("/usr/local/cuda"),
             system_include: PathBuf::from("/usr/include"),
-            system_lib: PathBuf::from("/usr/lib/x86_64-linux-gnu"),
+            system_lib: PathBuf::from(format!("/usr/lib/{arch}-linux-gnu")),
+            target: target.to_string(),
+            // NVIDIA's name for server aarch64 (Grace); the others are `<arch>-linux`.
+            cuda_target: match arch {
+                "aarch64" => "sbsa-linux".to_string(),
+                _ => format!("{arch}-linux"),
+            },
+            native,
         }
     }
 }
@@ -55,7 +79,8 @@ pub struct Found {
     pub nccl_lib_dir: PathBuf,
     /// The file to link: `libnccl.so`, or `libnccl.so.2` where only the versioned name exists (pip wheels).
     pub nccl_lib_file: String,
-    /// `cuda.h`'s directory first, then `cccl/` beside it where CUDA 13 keeps `nv/target`.
+    /// `cuda.h`'s directory first, then where the rest of the headers are: `cccl/` beside it (CUDA 13 keeps
+    /// `nv/target` there), or pip's CUDA 12 folders beside its own (`cuda_nvcc`'s `crt/`, `cuda_cccl`).
     pub cuda_include: Vec<PathBuf>,
     pub nccl_step: String,
     pub cuda_step: String,
@@ -101,6 +126,27 @@ fn passed_over(tried: &str) -> impl Iterator<Item = String> + '_ {
         .map(String::from)
 }
 
+/// `name` as the build reads it for the target: `<name>_<target>`, with the triple's `-` as `_` and then as
+/// is (as cc and openssl-sys read theirs), before `<name>`. Every form is read, so that each is declared to
+/// cargo; the first one set wins, and comes back with its value.
+pub fn var(host: &dyn Host, places: &Places, name: &str) -> Option<(String, PathBuf)> {
+    let forms = [
+        format!("{name}_{}", places.target.replace('-', "_")),
+        format!("{name}_{}", places.target),
+        name.to_string(),
+    ];
+    let values: Vec<(String, Option<PathBuf>)> = forms
+        .into_iter()
+        .map(|form| {
+            let value = host.var(&form);
+            (form, value)
+        })
+        .collect();
+    values
+        .into_iter()
+        .find_map(|(form, value)| Some((form, value?)))
+}
+
 type NcclHit = (PathBuf, PathBuf, String, String);
 /// A discovery step for NCCL: its name, the include directories and the library directories it offers.
 type NcclStep = (String, Vec<PathBuf>, Vec<PathBuf>);
@@ -109,10 +155,14 @@ fn find_nccl(host: &dyn Host, places: &Places, tried: &mut String) -> Result<Ncc
     let mut steps: Vec<NcclStep> = Vec::new();
 
     // 1. Both directories named outright.
-    match (host.var("NCCL_INCLUDE_DIR"), host.var("NCCL_LIB_DIR")) {
+    match (
+        var(host, places, "NCCL_INCLUDE_DIR"),
+        var(host, places, "NCCL_LIB_DIR"),
+    ) {
         (None, None) => note(tried, "NCCL_INCLUDE_DIR, NCCL_LIB_DIR", "not set"),
         (inc, lib) => {
-            let inc = inc.unwrap_or_default();
+            let inc = inc.map(|(_, dir)| dir).unwrap_or_default();
+            let lib = lib.map(|(_, dir)| dir);
             let libs = match lib {
                 Some(lib) => vec![lib],
                 None => lib_dirs_beside(&inc),
@@ -121,7 +171,9 @@ fn find_nccl(host: &dyn Host, places: &Places, tried: &mut String) -> Result<Ncc
         }
     }
     // 2. An installation root.
-    push_roots(host, &["NCCL_HOME", "NCCL_ROOT"], &mut steps, tried);
+    for (step, root) in roots(host, places, &["NCCL_HOME", "NCCL_ROOT"], tried) {
+        steps.push((step, vec![root.join("include")], lib_dirs(&root)));
+    }
     // 3. What ci/setup installed into this checkout.
     steps.push((
         "ci/setup's folder".into(),
@@ -145,13 +197,23 @@ fn find_nccl(host: &dyn Host, places: &Places, tried: &mut String) -> Result<Ncc
         Err(why) => note(tried, "pkg-config nccl", &why),
     }
     // 5. The CUDA toolkit's root, then the system.
-    push_roots(host, &["CUDA_HOME", "CUDA_PATH"], &mut steps, tried);
-    let cuda = &places.usr_local_cuda;
-    steps.push((
-        cuda.display().to_string(),
-        vec![cuda.join("include")],
-        lib_dirs(cuda),
+    let mut cuda_roots = roots(host, places, &["CUDA_HOME", "CUDA_PATH"], tried);
+    cuda_roots.push((
+        places.usr_local_cuda.display().to_string(),
+        places.usr_local_cuda.clone(),
     ));
+    for (step, root) in cuda_roots {
+        let target = root.join("targets").join(&places.cuda_target);
+        let mut libs = vec![target.join("lib")];
+        if places.native {
+            libs.extend(lib_dirs(&root));
+        }
+        steps.push((
+            step,
+            vec![target.join("include"), root.join("include")],
+            libs,
+        ));
+    }
     steps.push((
         "the system directories".into(),
         vec![places.system_include.clone()],
@@ -160,18 +222,21 @@ fn find_nccl(host: &dyn Host, places: &Places, tried: &mut String) -> Result<Ncc
     first_nccl(&steps, tried).ok_or_else(|| "NCCL (nccl.h and libnccl.so*)".to_string())
 }
 
-/// A step for each installation root named by one of `vars`: its `include/`, and `lib64/` or `lib/`.
-fn push_roots(host: &dyn Host, vars: &[&str], steps: &mut Vec<NcclStep>, tried: &mut String) {
+/// The installation roots named by `vars`, each with its step's name (`NCCL_HOME=<root>`).
+fn roots(
+    host: &dyn Host,
+    places: &Places,
+    vars: &[&str],
+    tried: &mut String,
+) -> Vec<(String, PathBuf)> {
+    let mut found = Vec::new();
     for name in vars {
-        match host.var(name) {
-            Some(root) => steps.push((
-                format!("{name}={}", root.display()),
-                vec![root.join("include")],
-                lib_dirs(&root),
-            )),
+        match var(host, places, name) {
+            Some((form, root)) => found.push((format!("{form}={}", root.display()), root)),
             None => note(tried, name, "not set"),
         }
     }
+    found
 }
 
 /// The first step whose include directories hold `nccl.h`; a header without a library is noted, not taken.
@@ -205,20 +270,17 @@ fn find_cuda(
     places: &Places,
     tried: &mut String,
 ) -> Result<(Vec<PathBuf>, String), String> {
-    let mut steps: Vec<(String, PathBuf)> = Vec::new();
-    match host.var("CUDA_INCLUDE_DIR") {
-        Some(dir) => steps.push(("CUDA_INCLUDE_DIR".into(), dir)),
+    let mut steps: Vec<(String, Vec<PathBuf>)> = Vec::new();
+    match var(host, places, "CUDA_INCLUDE_DIR") {
+        Some((form, dir)) => steps.push((form, vec![dir])),
         None => note(tried, "CUDA_INCLUDE_DIR", "not set"),
     }
-    for name in ["CUDA_HOME", "CUDA_PATH"] {
-        match host.var(name) {
-            Some(root) => steps.push((format!("{name}={}", root.display()), root.join("include"))),
-            None => note(tried, name, "not set"),
-        }
+    for (step, root) in roots(host, places, &["CUDA_HOME", "CUDA_PATH"], tried) {
+        steps.push((step, cuda_include_dirs(&root, places)));
     }
     steps.push((
         "ci/setup's folder".into(),
-        places.setup_cuda.join("include"),
+        vec![places.setup_cuda.join("include")],
     ));
     if let Some(hit) = first_cuda(&steps, tried) {
         return Ok(hit);
@@ -230,40 +292,65 @@ fn find_cuda(
     }
     for name in names {
         match host.pkg_config(&name) {
-            Ok(pc) => steps.extend(
-                pc.include_paths
-                    .into_iter()
-                    .map(|d| (format!("pkg-config {name}"), d)),
-            ),
+            Ok(pc) => steps.push((format!("pkg-config {name}"), pc.include_paths)),
             Err(why) => note(tried, &format!("pkg-config {name}"), &why),
         }
     }
     steps.push((
         places.usr_local_cuda.display().to_string(),
-        places.usr_local_cuda.join("include"),
+        cuda_include_dirs(&places.usr_local_cuda, places),
     ));
     steps.push((
         "the system directories".into(),
-        places.system_include.clone(),
+        vec![places.system_include.clone()],
     ));
     first_cuda(&steps, tried).ok_or_else(|| "the CUDA headers (cuda.h)".to_string())
 }
 
-/// The first step whose directory holds `cuda.h`.
-fn first_cuda(steps: &[(String, PathBuf)], tried: &mut String) -> Option<(Vec<PathBuf>, String)> {
-    for (step, dir) in steps {
-        if !dir.join("cuda.h").is_file() {
-            note(tried, step, &format!("no cuda.h in {}", dir.display()));
+/// Where a CUDA root may keep `cuda.h`: a toolkit's `targets/<target>/include` and `include/`, and under
+/// pip's `site-packages/nvidia`, CUDA 13's `cu13/include` or CUDA 12's `cuda_runtime/include`.
+fn cuda_include_dirs(root: &Path, places: &Places) -> Vec<PathBuf> {
+    vec![
+        root.join("targets")
+            .join(&places.cuda_target)
+            .join("include"),
+        root.join("include"),
+        root.join("cu13/include"),
+        root.join("cuda_runtime/include"),
+    ]
+}
+
+/// The first step with a directory that holds `cuda.h`, with the header folders that go with it.
+fn first_cuda(
+    steps: &[(String, Vec<PathBuf>)],
+    tried: &mut String,
+) -> Option<(Vec<PathBuf>, String)> {
+    for (step, dirs) in steps {
+        let Some(dir) = dirs.iter().find(|d| d.join("cuda.h").is_file()) else {
+            note(tried, step, &format!("no cuda.h in {}", list(dirs)));
             continue;
-        }
-        let mut dirs = vec![dir.clone()];
-        let cccl = dir.join("cccl");
-        if cccl.is_dir() {
-            dirs.push(cccl);
-        }
-        return Some((dirs, step.clone()));
+        };
+        let mut found = vec![dir.clone()];
+        found.extend(
+            cuda_companions(dir)
+                .into_iter()
+                .filter(|companion| companion.is_dir()),
+        );
+        return Some((found, step.clone()));
     }
     None
+}
+
+/// The header folders that complete the one holding `cuda.h`: CUDA 13 keeps `nv/target` in `cccl/` beside
+/// it; pip's CUDA 12 wheels put `crt/` and `nv/target` in sibling packages of `nvidia/cuda_runtime/`.
+fn cuda_companions(dir: &Path) -> Vec<PathBuf> {
+    let mut companions = vec![dir.join("cccl")];
+    let runtime = dir.parent().filter(|p| p.ends_with("cuda_runtime"));
+    if let Some(nvidia) = runtime.and_then(Path::parent) {
+        companions.push(nvidia.join("cuda_nvcc/include"));
+        companions.push(nvidia.join("cuda_cccl/include"));
+    }
+    companions
 }
 
 /// `lib64/` and `lib/` under an installation root (toolkits use the first, pip wheels the second).
@@ -310,8 +397,9 @@ fn not_found_message(nccl: Option<(String, String)>, cuda: Option<(String, Strin
          \n  It installs the pinned NCCL and the CUDA 13 headers from PyPI into .deps/, where the build finds them.\n\
          \n  Or point the build at an installation:\n\
          \x20     NCCL_HOME=<root with include/nccl.h and lib/libnccl.so*>   (a pip install: .../site-packages/nvidia/nccl)\n\
-         \x20     CUDA_HOME=<root with include/cuda.h>                       (a pip install: .../site-packages/nvidia/cu13)\n\
-         \x20     or NCCL_INCLUDE_DIR + NCCL_LIB_DIR, CUDA_INCLUDE_DIR, or a pkg-config file nccl.pc.\n",
+         \x20     CUDA_HOME=<root with include/cuda.h>                       (a pip install: .../site-packages/nvidia)\n\
+         \x20     or NCCL_INCLUDE_DIR + NCCL_LIB_DIR, CUDA_INCLUDE_DIR, or a pkg-config file nccl.pc;\n\
+         \x20     each also as <NAME>_<target triple>, which is read first (for cross-builds).\n",
     );
     msg
 }

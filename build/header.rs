@@ -3,37 +3,15 @@
 
 use std::path::Path;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NcclVersion {
-    pub major: u32,
-    pub minor: u32,
-    pub patch: u32,
-}
+use crate::nccl_version::NcclVersion;
 
-impl NcclVersion {
-    /// The version from its three parts, `NCCL_MAJOR`, `NCCL_MINOR` and `NCCL_PATCH`, as `field` reads them.
-    fn read(field: impl Fn(&str) -> Result<u32, String>) -> Result<NcclVersion, String> {
-        Ok(NcclVersion {
-            major: field("NCCL_MAJOR")?,
-            minor: field("NCCL_MINOR")?,
-            patch: field("NCCL_PATCH")?,
-        })
-    }
-
-    /// `NCCL_VERSION(major, minor, patch)` as nccl.h computes it (the encoding changed after 2.8).
-    pub fn code(self) -> u32 {
-        if self.major <= 2 && self.minor <= 8 {
-            self.major * 1000 + self.minor * 100 + self.patch
-        } else {
-            self.major * 10000 + self.minor * 100 + self.patch
-        }
-    }
-}
-
-impl std::fmt::Display for NcclVersion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
-    }
+/// The version from its three parts, `NCCL_MAJOR`, `NCCL_MINOR` and `NCCL_PATCH`, as `field` reads them.
+pub fn read_version(field: impl Fn(&str) -> Result<u32, String>) -> Result<NcclVersion, String> {
+    Ok(NcclVersion {
+        major: field("NCCL_MAJOR")?,
+        minor: field("NCCL_MINOR")?,
+        patch: field("NCCL_PATCH")?,
+    })
 }
 
 /// `NCCL_MAJOR`, `NCCL_MINOR` and `NCCL_PATCH` from `nccl.h`.
@@ -47,7 +25,7 @@ pub fn nccl_version(nccl_h: &Path) -> Result<NcclVersion, String> {
             )
         })
     };
-    NcclVersion::read(field)
+    read_version(field)
 }
 
 /// `CUDA_VERSION` from `cuda.h` (e.g. 13000 for 13.0).
@@ -68,21 +46,4 @@ fn define(text: &str, name: &str) -> Option<u32> {
         (words.next() == Some("#define") && words.next() == Some(name))
             .then(|| words.next()?.parse().ok())?
     })
-}
-
-/// The NCCL and CUDA versions a committed bindings snapshot was generated from (its `pub const`s).
-pub fn snapshot_versions(bindings: &Path) -> Result<(NcclVersion, u32), String> {
-    let text = read(bindings)?;
-    let field = |name: &str| {
-        let prefix = format!("pub const {name}: u32 = ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&prefix)?.strip_suffix(';')?.parse().ok())
-            .ok_or_else(|| {
-                format!(
-                    "{} has no `{prefix}…;`: regenerate it with ci/regen",
-                    bindings.display()
-                )
-            })
-    };
-    Ok((NcclVersion::read(field)?, field("CUDA_VERSION")?))
 }

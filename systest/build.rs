@@ -261,12 +261,12 @@ impl Tables {
         r.push_str("}\n");
         let rows = self.initializers.iter().map(|(shim, ty, _)| {
             format!(
-                "(\"{ty}\", default_bytes::<{ty}> as RustBytes, systest_{shim}_bytes as CBytes),"
+                "(\"{ty}\", (|| shim_value::<{ty}>(metrale_{shim}_initializer)) as RustSide, systest_{shim}_bytes as CSide),"
             )
         });
         let _ = writeln!(
             r,
-            "const INITIALIZERS: &[(&str, RustBytes, CBytes)] = &[\n    {}\n];",
+            "const INITIALIZERS: &[(&str, RustSide, CSide)] = &[\n    {}\n];",
             rows.collect::<Vec<_>>().join("\n    ")
         );
         let table = |r: &mut String, name: &str, ty: &str, rows: Vec<String>| {

@@ -80,6 +80,9 @@ fn empty_places(dir: &Path) -> Places {
         usr_local_cuda: dir.join("usr-local-cuda"),
         system_include: dir.join("usr-include"),
         system_lib: dir.join("usr-lib"),
+        target: "x86_64-unknown-linux-gnu".to_string(),
+        cuda_target: "x86_64-linux".to_string(),
+        native: true,
     }
 }
 
@@ -289,4 +292,138 @@ fn a_variable_that_names_no_installation_is_passed_over_with_a_warning() {
     );
     host.vars.clear();
     assert!(find(&host, &places).expect("found").passed_over.is_empty());
+}
+
+/// pip's CUDA 12 wheels under `site-packages/nvidia`: cuda.h, crt/ and nv/target each in its own package.
+fn cuda12_pip(nvidia: &Path) -> [PathBuf; 3] {
+    touch(nvidia.join("cuda_runtime/include/cuda.h"));
+    touch(nvidia.join("cuda_nvcc/include/crt/host_defines.h"));
+    touch(nvidia.join("cuda_cccl/include/nv/target"));
+    ["cuda_runtime", "cuda_nvcc", "cuda_cccl"].map(|p| nvidia.join(p).join("include"))
+}
+
+#[test]
+fn cuda_12_pip_wheels_are_found_from_one_variable() {
+    let dir = scratch("cu12");
+    let places = empty_places(&dir);
+    nccl_root(&places.setup_nccl, "lib", "libnccl.so.2");
+    let nvidia = dir.join("site-packages/nvidia");
+    let expected = cuda12_pip(&nvidia);
+    // The wheels' common folder, or the runtime's own: the same three include folders.
+    for home in [nvidia.clone(), nvidia.join("cuda_runtime")] {
+        let mut host = Fake::default();
+        host.vars.insert("CUDA_HOME", home.clone());
+        let found = find(&host, &places).expect("found");
+        assert_eq!(found.cuda_include, expected, "CUDA_HOME={}", home.display());
+        assert_eq!(found.cuda_step, format!("CUDA_HOME={}", home.display()));
+    }
+    // CUDA 13's single package, from the same common folder.
+    let cu13 = cuda_root(&dir.join("site13/nvidia/cu13"));
+    let mut host = Fake::default();
+    host.vars.insert("CUDA_PATH", dir.join("site13/nvidia"));
+    assert_eq!(
+        find(&host, &places).expect("found").cuda_include,
+        vec![cu13.join("include"), cu13.join("include/cccl")]
+    );
+}
+
+/// Places as the build script makes them for `target` on an x86_64 build machine, in a checkout at /repo.
+fn places_for(target: &str) -> Places {
+    Places::new(
+        Path::new("/repo"),
+        "2.29.7",
+        target,
+        "x86_64-unknown-linux-gnu",
+    )
+}
+
+/// Places for a cross-build to aarch64 on x86_64, with the fixed folders empty under `dir`.
+fn aarch64_places(dir: &Path) -> Places {
+    let cross = places_for("aarch64-unknown-linux-gnu");
+    Places {
+        target: cross.target,
+        cuda_target: cross.cuda_target,
+        native: cross.native,
+        ..empty_places(dir)
+    }
+}
+
+#[test]
+fn a_cross_build_takes_the_targets_folders() {
+    let native = places_for("x86_64-unknown-linux-gnu");
+    assert_eq!(native.system_lib, Path::new("/usr/lib/x86_64-linux-gnu"));
+    assert_eq!(
+        native.setup_nccl,
+        Path::new("/repo/.deps/nccl-2.29.7/nvidia/nccl")
+    );
+    assert_eq!(native.cuda_target, "x86_64-linux");
+    let cross = places_for("aarch64-unknown-linux-gnu");
+    assert_eq!(cross.system_lib, Path::new("/usr/lib/aarch64-linux-gnu"));
+    assert_eq!(
+        cross.setup_nccl,
+        Path::new("/repo/.deps/aarch64-unknown-linux-gnu/nccl-2.29.7/nvidia/nccl")
+    );
+    assert_eq!(
+        cross.setup_cuda, native.setup_cuda,
+        "headers are the same for every target"
+    );
+    assert_eq!(cross.cuda_target, "sbsa-linux");
+    assert!(!cross.native);
+
+    // A toolkit root with both architectures: the target's folder, never the build machine's lib64/.
+    let dir = scratch("cross");
+    let places = aarch64_places(&dir);
+    let toolkit = dir.join("cuda");
+    touch(toolkit.join("lib64/libnccl.so.2"));
+    touch(toolkit.join("include/cuda.h"));
+    touch(toolkit.join("include/nccl.h"));
+    let mut host = Fake::default();
+    host.vars.insert("CUDA_HOME", toolkit.clone());
+    let msg = find(&host, &places).expect_err("only x86_64's libnccl");
+    assert!(
+        msg.contains("but no libnccl.so or libnccl.so.2 in"),
+        "{msg}"
+    );
+    let sbsa = toolkit.join("targets/sbsa-linux");
+    touch(sbsa.join("lib/libnccl.so.2"));
+    touch(sbsa.join("include/cuda.h"));
+    let found = find(&host, &places).expect("the target's folder");
+    assert_eq!(found.nccl_lib_dir, sbsa.join("lib"));
+    assert_eq!(found.cuda_include, vec![sbsa.join("include")]);
+}
+
+#[test]
+fn a_variable_for_the_target_beats_the_plain_one() {
+    let dir = scratch("target-vars");
+    let places = aarch64_places(&dir);
+    let plain = nccl_root(&dir.join("plain"), "lib", "libnccl.so.2");
+    let cuda = cuda_root(&dir.join("cuda"));
+    for form in [
+        "NCCL_HOME_aarch64_unknown_linux_gnu",
+        "NCCL_HOME_aarch64-unknown-linux-gnu",
+    ] {
+        let arm = nccl_root(&dir.join(form), "lib", "libnccl.so.2");
+        let mut host = Fake::default();
+        host.vars.insert("NCCL_HOME", plain.clone());
+        host.vars.insert(form, arm.clone());
+        host.vars
+            .insert("CUDA_HOME_aarch64_unknown_linux_gnu", cuda.clone());
+        let found = find(&host, &places).expect("found");
+        assert_eq!(found.nccl_include, arm.join("include"));
+        assert_eq!(found.nccl_step, format!("{form}={}", arm.display()));
+        assert_eq!(
+            found.cuda_step,
+            format!("CUDA_HOME_aarch64_unknown_linux_gnu={}", cuda.display())
+        );
+    }
+    // Another target's variable is not this one's.
+    let mut host = Fake::default();
+    host.vars.insert("NCCL_HOME", plain.clone());
+    host.vars
+        .insert("NCCL_HOME_x86_64_unknown_linux_gnu", dir.join("x86"));
+    host.vars.insert("CUDA_HOME", cuda);
+    assert_eq!(
+        find(&host, &places).expect("found").nccl_include,
+        plain.join("include")
+    );
 }

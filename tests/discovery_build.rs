@@ -12,12 +12,22 @@ fn deps() -> PathBuf {
     Path::new(REPO).join(".deps")
 }
 
+/// Where this test binary's scratch crates and their builds go: inside its own target directory, so that
+/// runs from other target directories (and their cached fingerprints) never meet.
+fn scratch(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+/// The target directory every scratch crate builds in (one, so that the dependencies build once).
+fn scratch_target() -> PathBuf {
+    scratch("discovery-build-target")
+}
+
 /// The package's build inputs, copied to a directory of their own, as a workspace of its own.
 fn copy_crate(to: &Path) {
     let _ = std::fs::remove_dir_all(to);
     std::fs::create_dir_all(to).expect("mkdir");
     for entry in [
-        "build.rs",
         "wrapper.h",
         "Cargo.lock",
         "build",
@@ -61,16 +71,22 @@ fn build(krate: &Path, vars: &[(&str, PathBuf)], verbose: bool) -> Output {
     cargo(krate, &args[..if verbose { 4 } else { 3 }], vars)
 }
 
-/// `cargo <args>` on the copy, offline, with exactly `vars` set among the variables the build reads.
+/// `cargo <args>` on the copy, offline, with this repository's Cargo.lock as it is.
 fn cargo(krate: &Path, args: &[&str], vars: &[(&str, PathBuf)]) -> Output {
+    cargo_command(krate, args, vars)
+        .arg("--locked")
+        .output()
+        .expect("run cargo")
+}
+
+/// `cargo <args>` on a scratch crate or workspace, offline, with exactly `vars` set among the variables the
+/// build reads.
+fn cargo_command(krate: &Path, args: &[&str], vars: &[(&str, PathBuf)]) -> Command {
     let mut cmd = Command::new(env!("CARGO"));
     cmd.args(args)
-        .args(["--offline", "--locked", "--manifest-path"])
+        .args(["--offline", "--manifest-path"])
         .arg(krate.join("Cargo.toml"))
-        .env(
-            "CARGO_TARGET_DIR",
-            Path::new(REPO).join("target/discovery-build"),
-        );
+        .env("CARGO_TARGET_DIR", scratch_target());
     for var in [
         "NCCL_INCLUDE_DIR",
         "NCCL_LIB_DIR",
@@ -89,11 +105,11 @@ fn cargo(krate: &Path, args: &[&str], vars: &[(&str, PathBuf)]) -> Output {
     for (k, v) in vars {
         cmd.env(k, v);
     }
-    cmd.output().expect("run cargo")
+    cmd
 }
 
 fn run_example(expect_found_by: &[&str]) {
-    let exe = Path::new(REPO).join("target/discovery-build/debug/examples/nccl_info");
+    let exe = scratch_target().join("debug/examples/nccl_info");
     let out = Command::new(&exe)
         .env_remove("LD_LIBRARY_PATH")
         .output()
@@ -121,8 +137,8 @@ fn ok(out: &Output, what: &str) -> String {
 
 #[test]
 fn each_way_of_finding_the_headers_builds_and_runs() {
-    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join("discovery-build");
-    let krate = scratch.join("crate");
+    let dir = scratch("discovery-build");
+    let krate = dir.join("crate");
     copy_crate(&krate);
     let nccl = deps().join("nccl-2.29.7/nvidia/nccl");
     let cuda = deps().join("cuda-13.0/nvidia/cu13");
@@ -178,7 +194,7 @@ fn each_way_of_finding_the_headers_builds_and_runs() {
     run_example(&["NCCL_INCLUDE_DIR/NCCL_LIB_DIR", "CUDA_INCLUDE_DIR"]);
 
     // pkg-config files such as a distribution would ship.
-    let pc = scratch.join("pkgconfig");
+    let pc = dir.join("pkgconfig");
     std::fs::create_dir_all(&pc).expect("mkdir");
     let nccl_pc = format!(
         "includedir={}\nlibdir={}\n\nName: nccl\nDescription: NVIDIA NCCL\nVersion: 2.29.7\nCflags: -I${{includedir}}\nLibs: -L${{libdir}} -lnccl\n",
@@ -200,7 +216,7 @@ fn each_way_of_finding_the_headers_builds_and_runs() {
 
 #[test]
 fn docs_rs_mode_documents_every_item_without_any_header() {
-    let krate = Path::new(env!("CARGO_TARGET_TMPDIR")).join("docs-rs/crate");
+    let krate = scratch("docs-rs/crate");
     copy_crate(&krate);
     // No variable points anywhere and the copy has no .deps/: only the snapshot is there.
     let vars = [
@@ -211,7 +227,7 @@ fn docs_rs_mode_documents_every_item_without_any_header() {
         &cargo(&krate, &["doc", "--no-deps", "--lib"], &vars),
         "DOCS_RS=1 cargo doc",
     );
-    let doc = Path::new(REPO).join("target/discovery-build/doc/metrale_gpu_sys");
+    let doc = scratch_target().join("doc/metrale_gpu_sys");
     for (page, text) in [
         ("bindings/fn.ncclAllReduce.html", "All-Reduce"),
         ("bindings/fn.ncclCommInitRankConfig.html", "configuration"),
@@ -232,7 +248,7 @@ fn docs_rs_mode_documents_every_item_without_any_header() {
 
 #[test]
 fn bundled_bindings_need_no_libclang_but_the_same_nccl() {
-    let krate = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bundled/crate");
+    let krate = scratch("bundled/crate");
     copy_crate(&krate);
     let nccl = deps().join("nccl-2.29.7/nvidia/nccl");
     let cuda = deps().join("cuda-13.0/nvidia/cu13");
@@ -260,4 +276,129 @@ fn bundled_bindings_need_no_libclang_but_the_same_nccl() {
         "the 2.29.7 snapshot must not build against 2.28.9 headers"
     );
     assert!(stderr.contains("the bundled bindings (feature `bundled-bindings`) are NCCL 2.29.7's, but the headers found are 2.28.9"), "{stderr}");
+}
+
+#[test]
+fn bundled_bindings_refuse_headers_whose_structs_differ_from_the_snapshot() {
+    let dir = scratch("bundled-mismatch");
+    let krate = dir.join("crate");
+    copy_crate(&krate);
+    let nccl = deps().join("nccl-2.29.7/nvidia/nccl");
+    // The pinned nccl.h with one more field in ncclConfig_t: the same version number, another struct.
+    let include = dir.join("include");
+    std::fs::create_dir_all(&include).expect("mkdir");
+    let header = std::fs::read_to_string(nccl.join("include/nccl.h")).expect("nccl.h");
+    let patched = header.replacen(
+        "} ncclConfig_t;",
+        "  int metraleExtraField;\n} ncclConfig_t;",
+        1,
+    );
+    assert_ne!(patched, header, "nccl.h has no `}} ncclConfig_t;`");
+    std::fs::write(include.join("nccl.h"), patched).expect("write nccl.h");
+    let vars = [
+        ("NCCL_INCLUDE_DIR", include),
+        ("NCCL_LIB_DIR", nccl.join("lib")),
+        ("CUDA_HOME", deps().join("cuda-13.0/nvidia/cu13")),
+    ];
+    let out = cargo(
+        &krate,
+        &["build", "--lib", "--features", "bundled-bindings"],
+        &vars,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "built the snapshot against a larger ncclConfig_t"
+    );
+    // This test is built against the pinned headers, whose types are the snapshot's.
+    use metrale_gpu_sys::bindings::{ncclConfig_t, ncclSimInfo_t};
+    for text in [
+        "bundled-bindings: sizeof(ncclConfig_t) in the headers found differs",
+        &format!(
+            "the size of the bundled snapshot's Rust type (ncclConfig_t: {} bytes, ncclSimInfo_t: {} bytes)",
+            size_of::<ncclConfig_t>(),
+            size_of::<ncclSimInfo_t>()
+        ),
+        "drop the feature",
+    ] {
+        assert!(stderr.contains(text), "expected {text:?} in:\n{stderr}");
+    }
+}
+
+/// A file of a scratch package, its folders made.
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+/// The README's recipe for a binary of a crate that depends on metrale-comm (here `middle`, which depends
+/// on metrale-gpu-sys): without it the binary cannot find libnccl at start; with it, it runs.
+#[test]
+fn a_dependents_binary_runs_without_ld_library_path_by_the_readmes_recipe() {
+    let readme = std::fs::read_to_string(Path::new(REPO).join("README.md")).expect("README.md");
+    let start = "```rust\n// build.rs of the package that builds the binary";
+    let recipe = readme
+        .split_once(start)
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(body, _)| format!("// build.rs{body}"))
+        .unwrap_or_else(|| panic!("README.md has no block starting {start:?}"));
+
+    let _ = std::fs::remove_dir_all(scratch("dependent"));
+    // The crate beside the workspace, not in it: a workspace of its own, as a registry crate is.
+    copy_crate(&scratch("dependent/gpu-sys"));
+    let dir = scratch("dependent/app");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::copy(Path::new(REPO).join("Cargo.lock"), dir.join("Cargo.lock")).expect("Cargo.lock");
+    write(
+        &dir.join("Cargo.toml"),
+        "[workspace]\nmembers = [\"middle\", \"plain\", \"recipe\"]\nresolver = \"2\"\n",
+    );
+    let package = |name: &str, deps: &str| {
+        format!("[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[dependencies]\n{deps}")
+    };
+    let gpu_sys = "metrale-gpu-sys = { path = \"../../gpu-sys\" }\n";
+    write(&dir.join("middle/Cargo.toml"), &package("middle", gpu_sys));
+    write(
+        &dir.join("middle/src/lib.rs"),
+        "pub fn nccl() -> String {\n    metrale_gpu_sys::version::library_version().map_or_else(|e| e.to_string(), |v| v.to_string())\n}\n",
+    );
+    let main = "fn main() {\n    println!(\"libnccl {}\", middle::nccl());\n}\n";
+    let middle = "middle = { path = \"../middle\" }\n";
+    write(&dir.join("plain/Cargo.toml"), &package("plain", middle));
+    write(&dir.join("plain/src/main.rs"), main);
+    write(
+        &dir.join("recipe/Cargo.toml"),
+        &package("recipe", &format!("{middle}{gpu_sys}")),
+    );
+    write(&dir.join("recipe/src/main.rs"), main);
+    write(&dir.join("recipe/build.rs"), &recipe);
+
+    let nccl = deps().join("nccl-2.29.7/nvidia/nccl");
+    let vars = [
+        ("NCCL_HOME", nccl.clone()),
+        ("CUDA_HOME", deps().join("cuda-13.0/nvidia/cu13")),
+    ];
+    let out = cargo_command(&dir, &["build", "--workspace"], &vars)
+        .output()
+        .expect("run cargo");
+    ok(&out, "the dependent workspace");
+    let run = |bin: &str| {
+        Command::new(scratch_target().join("debug").join(bin))
+            .env_remove("LD_LIBRARY_PATH")
+            .output()
+            .expect("run the dependent's binary")
+    };
+    let plain = run("plain");
+    assert!(
+        !plain.status.success()
+            && String::from_utf8_lossy(&plain.stderr)
+                .contains("libnccl.so.2: cannot open shared object file"),
+        "without the recipe the binary was expected not to find libnccl: {plain:?}"
+    );
+    let recipe = run("recipe");
+    assert_eq!(
+        String::from_utf8_lossy(&recipe.stdout),
+        "libnccl 2.29.7\n",
+        "{recipe:?}"
+    );
 }

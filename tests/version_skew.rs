@@ -1,6 +1,6 @@
 //! The run-time version check against libraries other than the linked one: this test binary re-runs itself
 //! with LD_LIBRARY_PATH (which overrides the RUNPATH) pointing at another libnccl that `ci/setup <version>`
-//! installed under .deps/, and reads the verdict the child prints.
+//! installed under .deps/ (.deps/<target>/ for another architecture), and reads the verdict the child prints.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -25,9 +25,18 @@ fn child_prints_the_verdict() {
     }
 }
 
-/// Library directories that ci/setup installed, with the version their folder names.
+/// This binary's target triple (the Linux GNU targets the crate builds for).
+fn target() -> String {
+    format!("{}-unknown-linux-gnu", std::env::consts::ARCH)
+}
+
+/// Library directories that ci/setup installed for this binary's architecture, with the version their
+/// folder names: `.deps/<target>/` where `ci/setup --target` filled one (cross-testing under qemu-user),
+/// else `.deps/`, the build machine's own.
 fn installed() -> Vec<(NcclVersion, PathBuf)> {
     let deps = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".deps");
+    let cross = deps.join(target());
+    let deps = if cross.is_dir() { cross } else { deps };
     let mut found: Vec<(NcclVersion, PathBuf)> = std::fs::read_dir(&deps)
         .into_iter()
         .flatten()
@@ -51,8 +60,28 @@ fn installed() -> Vec<(NcclVersion, PathBuf)> {
     found
 }
 
+/// This test binary again, as this machine runs it: through the target's cargo runner where one is set
+/// (`CARGO_TARGET_<TRIPLE>_RUNNER`, qemu-user when cross-testing: the kernel cannot run it itself).
+fn this_binary() -> Command {
+    let exe = std::env::current_exe().expect("own path");
+    let runner = format!(
+        "CARGO_TARGET_{}_RUNNER",
+        target().to_uppercase().replace('-', "_")
+    );
+    let runner = std::env::var(runner).unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut cmd = Command::new(program);
+            cmd.args(words).arg(exe);
+            cmd
+        }
+        None => Command::new(exe),
+    }
+}
+
 fn verdict_with(lib: &PathBuf) -> String {
-    let out = Command::new(std::env::current_exe().expect("own path"))
+    let out = this_binary()
         .args([
             "--ignored",
             "--exact",

@@ -55,17 +55,27 @@ mod tests {
         assert!(bad.is_empty(), "{}", bad.join("\n"));
     }
 
-    /// The C side of an initializer: a static holding the macro's value, and its size.
-    type CBytes = unsafe extern "C" fn(*mut usize) -> *const u8;
-    /// The Rust side: `T::default()` as bytes.
-    type RustBytes = fn() -> Vec<u8>;
+    /// The C side of an initializer: a static holding the macro's value (padding zero, as for every
+    /// static), and its size.
+    type CSide = unsafe extern "C" fn(*mut usize) -> *const u8;
+    /// The Rust side: the bytes the shim's initializer writes, and whether `T::default()` equals them.
+    type RustSide = fn() -> (Vec<u8>, bool);
 
-    /// `T::default()` as bytes, padding included (the shim copies a zero-padded static).
-    fn default_bytes<T: Default>() -> Vec<u8> {
-        let value = T::default();
-        // SAFETY: reads size_of::<T>() bytes of a live, fully initialised plain-data value.
-        unsafe { std::slice::from_raw_parts((&value as *const T).cast::<u8>(), size_of::<T>()) }
-            .to_vec()
+    /// What the crate's `Default` is built on, read without moving a value: the shim's initializer writes
+    /// through a pointer into zeroed memory, whose every byte (padding included: the shim copies a
+    /// zero-padded static) is then defined. A value passed around by value keeps no padding, so
+    /// `T::default()` itself is compared field by field (`PartialEq`), never as bytes.
+    fn shim_value<T: Default + PartialEq>(init: unsafe extern "C" fn(*mut T)) -> (Vec<u8>, bool) {
+        let mut slot = std::mem::MaybeUninit::<T>::zeroed();
+        // SAFETY: the shim writes one `T` through the pointer, which is valid for it.
+        unsafe { init(slot.as_mut_ptr()) };
+        // SAFETY: every byte of `slot` is initialised: zeroed, then written by C's memcpy.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(slot.as_ptr().cast::<u8>(), size_of::<T>()) }
+                .to_vec();
+        // SAFETY: the shim wrote a valid `T` (plain C data) into the slot.
+        let value = unsafe { slot.assume_init() };
+        (bytes, T::default() == value)
     }
 
     #[test]
@@ -79,10 +89,14 @@ mod tests {
             let mut len = 0;
             // SAFETY: the C side returns a pointer to a static of `len` bytes.
             let c = unsafe { std::slice::from_raw_parts(c(&mut len), len) };
+            let (shim, default_is_shim) = rust();
             assert_eq!(
-                rust(),
-                c,
-                "{name}::default() against the C compiler's initializer"
+                shim, c,
+                "{name}: the shim's initializer against the C compiler's, byte for byte"
+            );
+            assert!(
+                default_is_shim,
+                "{name}::default() differs from the shim's initializer"
             );
         }
     }

@@ -2,16 +2,20 @@
 //! The steps, in order: `find` (discovery), `header` (versions), `bindings` (bindgen), the shim (cc), linking.
 //! Any failure ends the build with one message on stderr: what is missing, where it looked, how to fix it.
 
-#[path = "build/bindings.rs"]
 mod bindings;
-#[path = "build/env.rs"]
 mod env;
-#[path = "build/find.rs"]
 mod find;
-#[path = "build/header.rs"]
 mod header;
+mod snapshot;
+// Shared with the crate (which compares it with the loaded library's version): one definition of the type.
+#[allow(dead_code)] // `from_code` is the crate's
+#[path = "../src/nccl_version.rs"]
+mod nccl_version;
 
 use std::path::{Path, PathBuf};
+
+use nccl_version::NcclVersion;
+use snapshot::Snapshot;
 
 /// Minor versions the `nccl_2_<minor>` cfg flags are declared for (see `emit_version`).
 const NCCL_MINORS: std::ops::RangeInclusive<u32> = 0..=99;
@@ -26,7 +30,13 @@ fn main() {
 fn run() -> Result<(), String> {
     let manifest_dir = PathBuf::from(required("CARGO_MANIFEST_DIR")?);
     let out_dir = PathBuf::from(required("OUT_DIR")?);
-    for input in ["build.rs", "build", "wrapper.h", "shim", "src/snapshot"] {
+    for input in [
+        "build",
+        "src/nccl_version.rs",
+        "wrapper.h",
+        "shim",
+        "src/snapshot",
+    ] {
         println!("cargo:rerun-if-changed={input}");
     }
 
@@ -40,7 +50,14 @@ fn run() -> Result<(), String> {
         return Ok(());
     }
 
-    let places = find::Places::new(&manifest_dir, &pinned_nccl());
+    let target = required("TARGET")?;
+    let host = required("HOST")?;
+    let places = find::Places::new(
+        &manifest_dir,
+        &pinned_nccl(),
+        &target.to_string_lossy(),
+        &host.to_string_lossy(),
+    );
     let found = find::find(&BuildHost, &places)?;
     for skipped in &found.passed_over {
         println!(
@@ -53,16 +70,10 @@ fn run() -> Result<(), String> {
 
     let mut include_dirs = vec![found.nccl_include.clone()];
     include_dirs.extend(found.cuda_include.iter().cloned());
-    if env::var("CARGO_FEATURE_BUNDLED_BINDINGS").is_some() {
-        let (bundled, _) = snapshot.install(&out_dir)?;
-        if bundled != nccl {
-            return Err(format!(
-                "the bundled bindings (feature `bundled-bindings`) are NCCL {bundled}'s, but the headers found are \
-                 {nccl} ({}): their structs may differ. Point the build at NCCL {bundled}, or drop the feature so \
-                 bindgen translates the headers found.",
-                found.nccl_include.display()
-            ));
-        }
+    let mut shim = cc::Build::new();
+    // With `bundled-bindings`: what a failed compile of the shim means.
+    let bundled_note = if env::var("CARGO_FEATURE_BUNDLED_BINDINGS").is_some() {
+        use_snapshot(&snapshot, nccl, &found, &out_dir, &mut shim)?
     } else {
         generate_bindings(&bindings::Inputs {
             wrapper: &manifest_dir.join("wrapper.h"),
@@ -70,17 +81,17 @@ fn run() -> Result<(), String> {
             include_dirs: &include_dirs,
             out_dir: &out_dir,
         })?;
-    }
+        String::new()
+    };
 
-    cc::Build::new()
-        .file(manifest_dir.join("shim/shim.c"))
+    shim.file(manifest_dir.join("shim/shim.c"))
         .includes(&include_dirs)
         .warnings(true)
         .extra_warnings(true)
         .try_compile("metrale_gpu_shim")
         .map_err(|e| {
             format!(
-                "cannot compile shim/shim.c against {}: {e}",
+                "cannot compile shim/shim.c against {}: {e}{bundled_note}",
                 found.nccl_include.display()
             )
         })?;
@@ -90,24 +101,44 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
-/// The committed output of bindgen for the pinned NCCL (`ci/regen` writes it; `tests/snapshot.rs` guards it).
-struct Snapshot {
-    dir: PathBuf,
-}
-
-impl Snapshot {
-    const FILES: [&'static str; 2] = ["bindings.rs", "cuda_driver.rs"];
-
-    /// Puts the snapshot where bindgen's output would go; returns the NCCL and CUDA versions it was made from.
-    fn install(&self, out_dir: &Path) -> Result<(header::NcclVersion, u32), String> {
-        for file in Self::FILES {
-            let from = self.dir.join(file);
-            std::fs::copy(&from, out_dir.join(file)).map_err(|e| {
-                format!("cannot copy the bindings snapshot {}: {e}", from.display())
-            })?;
-        }
-        header::snapshot_versions(&self.dir.join("bindings.rs"))
+/// `bundled-bindings`: installs the snapshot where the headers found are its NCCL version, and has the
+/// shim's compile check that each struct it fills has the size of the snapshot's Rust type (the same
+/// version number does not make the same structs: a patched or mislabelled nccl.h). Returns what a failed
+/// compile of the shim then means.
+fn use_snapshot(
+    snapshot: &Snapshot,
+    nccl: NcclVersion,
+    found: &find::Found,
+    out_dir: &Path,
+    shim: &mut cc::Build,
+) -> Result<String, String> {
+    let (bundled, _) = snapshot.install(out_dir)?;
+    if bundled != nccl {
+        return Err(format!(
+            "the bundled bindings (feature `bundled-bindings`) are NCCL {bundled}'s, but the headers found are \
+             {nccl} ({}): their structs may differ. Point the build at NCCL {bundled}, or drop the feature so \
+             bindgen translates the headers found.",
+            found.nccl_include.display()
+        ));
     }
+    shim.define("METRALE_BUNDLED_BINDINGS", None);
+    let mut sizes = Vec::new();
+    for (c_name, size) in snapshot.filled_struct_sizes()? {
+        shim.define(
+            &format!("METRALE_SNAPSHOT_SIZEOF_{c_name}"),
+            size.to_string().as_str(),
+        );
+        if size > 0 {
+            sizes.push(format!("{c_name}: {size} bytes"));
+        }
+    }
+    Ok(format!(
+        "\nWith `bundled-bindings` the shim checks that each struct it fills has the size of the bundled \
+         snapshot's Rust type ({}); the `_Static_assert` or `#error` above names the struct that differs. \
+         These headers are not the ones the snapshot was made from, whatever their version says: drop the \
+         feature so that bindgen translates them.",
+        sizes.join(", ")
+    ))
 }
 
 /// NCCL's version as the crate's version carries it (`0.1.0+nccl-2.29.7`): the one place it is pinned.
@@ -159,7 +190,7 @@ fn link_nccl(found: &find::Found) {
 
 /// Versions for this crate (cfg flags) and for dependents (`DEP_NCCL_*` in their build scripts); where the
 /// headers and library are, unless the bindings come from the snapshot alone (docs.rs).
-fn emit_version(nccl: header::NcclVersion, cuda: u32, found: Option<&find::Found>, out_dir: &Path) {
+fn emit_version(nccl: NcclVersion, cuda: u32, found: Option<&find::Found>, out_dir: &Path) {
     for minor in NCCL_MINORS {
         println!("cargo:rustc-check-cfg=cfg(nccl_2_{minor})");
         if nccl.major > 2 || (nccl.major == 2 && minor <= nccl.minor) {
