@@ -81,7 +81,7 @@ nextest() {
     # nextest's status lines: "PASS [  1.2s] (3/9) metrale-gpu-sys::gpu name".
     while IFS=$'\t' read -r status s name; do
         case $status in PASS|LEAK) record PASS "$s" "[$v] $name" ;; *) record FAIL "$s" "[$v] $name" "$status; see ${log#"$logdir"/}" ;; esac
-    done < <(sed -nE 's/^ *([A-Z-]+) \[ *([0-9.]+)s\] (\[[0-9/]+\] )?(\([0-9/]+\) )?metrale-gpu-sys::(.*)$/\1\t\2\t\3\5/p' "$log" | grep -v '^SLOW')
+    done < <(sed -nE 's/^ *([A-Z-]+) \[ *([0-9.]+)s\] (\[[ 0-9/]+\] )?(\([ 0-9/]+\) )?metrale-gpu-sys::(.*)$/\1\t\2\t\3\5/p' "$log" | grep -v '^SLOW')
     grep -q "Summary" "$log" || record FAIL "$secs" "[$v] nextest run" "exit $rc, no summary; see ${log#"$logdir"/}"
 }
 

@@ -12,9 +12,10 @@
 //! # two hosts, one GPU each (host A is 10.0.0.1)
 //! A$ RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 multi_process
 //! B$ RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 multi_process
-//! # Slurm, 2 nodes x 4 GPUs; Open MPI
-//! MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1) srun -N 2 --ntasks-per-node 4 multi_process
-//! MASTER_ADDR=10.0.0.1 mpirun -np 8 -x MASTER_ADDR multi_process
+//! # Slurm, 2 nodes x 4 GPUs (in a batch script); Open MPI, 8 processes on two hosts
+//! export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+//! srun --nodes 2 --ntasks-per-node 4 multi_process
+//! mpirun -np 8 -H 10.0.0.1:4,10.0.0.2:4 -x MASTER_ADDR=10.0.0.1 -x MASTER_PORT=29500 multi_process
 //! ```
 
 mod launcher;
