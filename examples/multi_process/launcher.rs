@@ -330,53 +330,43 @@ mod tests {
 
     #[test]
     fn launchers_that_disagree_are_an_error_naming_both() {
-        let err = run(
-            &[],
-            &[
-                ("RANK", "1"),
-                ("WORLD_SIZE", "8"),
-                ("SLURM_PROCID", "0"),
-                ("SLURM_NTASKS", "8"),
-                MASTER,
-            ],
-        )
-        .unwrap_err();
-        assert!(
-            err.contains("disagree on the rank: RANK=1 (torchrun) but SLURM_PROCID=0 (Slurm)"),
-            "{err}"
-        );
-        let err = run(
-            &[],
-            &[
-                ("OMPI_COMM_WORLD_RANK", "1"),
-                ("OMPI_COMM_WORLD_SIZE", "2"),
-                ("PMI_RANK", "1"),
-                ("PMI_SIZE", "4"),
-                MASTER,
-            ],
-        )
-        .unwrap_err();
-        assert!(
-            err.contains("world size: OMPI_COMM_WORLD_SIZE=2 (Open MPI) but PMI_SIZE=4 (PMI)"),
-            "{err}"
-        );
-        let err = run(
-            &[],
-            &[
-                ("RANK", "1"),
-                ("WORLD_SIZE", "2"),
-                ("LOCAL_RANK", "1"),
-                ("SLURM_PROCID", "1"),
-                ("SLURM_NTASKS", "2"),
-                ("SLURM_LOCALID", "0"),
-                MASTER,
-            ],
-        )
-        .unwrap_err();
-        assert!(
-            err.contains("local rank: LOCAL_RANK=1 (torchrun) but SLURM_LOCALID=0"),
-            "{err}"
-        );
+        let cases: [(Vars, &str); 3] = [
+            (
+                &[
+                    ("RANK", "1"),
+                    ("WORLD_SIZE", "8"),
+                    ("SLURM_PROCID", "0"),
+                    ("SLURM_NTASKS", "8"),
+                ],
+                "disagree on the rank: RANK=1 (torchrun) but SLURM_PROCID=0 (Slurm)",
+            ),
+            (
+                &[
+                    ("OMPI_COMM_WORLD_RANK", "1"),
+                    ("OMPI_COMM_WORLD_SIZE", "2"),
+                    ("PMI_RANK", "1"),
+                    ("PMI_SIZE", "4"),
+                ],
+                "world size: OMPI_COMM_WORLD_SIZE=2 (Open MPI) but PMI_SIZE=4 (PMI)",
+            ),
+            (
+                &[
+                    ("RANK", "1"),
+                    ("WORLD_SIZE", "2"),
+                    ("LOCAL_RANK", "1"),
+                    ("SLURM_PROCID", "1"),
+                    ("SLURM_NTASKS", "2"),
+                    ("SLURM_LOCALID", "0"),
+                ],
+                "local rank: LOCAL_RANK=1 (torchrun) but SLURM_LOCALID=0 (Slurm)",
+            ),
+        ];
+        for (vars, want) in cases {
+            let mut vars = vars.to_vec();
+            vars.push(MASTER);
+            let err = run(&[], &vars).unwrap_err();
+            assert!(err.contains(want), "{err}");
+        }
     }
 
     #[test]

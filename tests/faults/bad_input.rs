@@ -39,7 +39,7 @@ fn bad_config(blocking: i32, min_ctas: i32, max_ctas: i32) -> NcclConfig {
 /// Checks that `res` is `code`, that NCCL's text for it (`ncclGetErrorString`) contains `text`, and that
 /// `ncclGetLastError` names this failure (contains every one of `last`). Returns the error's message.
 ///
-/// `ncclGetLastError` is process-wide, not per thread or per call (tests/faults.rs shows it), so every
+/// `ncclGetLastError` is process-wide, not per thread or per call (`bad_input_without_a_gpu_is_an_error_with_nccls_text` shows it), so every
 /// case uses values no other case uses, and the call's name, to be sure the message is this call's.
 pub fn expect_error(
     what: &str,

@@ -281,9 +281,12 @@ pub fn check_reduce(dt: &Dtype, op: Op, inputs: &[&[u8]], got: &[u8]) -> Result<
     let n = inputs.len();
     let rounding = dt.half_ulp() * (n as f64 + 1.0);
     let mut bad = Mismatches::new();
+    // Reused for every element: the suite checks hundreds of millions of them.
+    let (mut raws, mut xs, mut magnitudes) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..count {
         if !dt.is_float() {
-            let raws: Vec<u64> = inputs.iter().map(|b| dt.raw(b, i)).collect();
+            raws.clear();
+            raws.extend(inputs.iter().map(|b| dt.raw(b, i)));
             let (want, g) = (dt.reduce_int(op, &raws), dt.raw(got, i));
             if g != want {
                 bad.add(|| {
@@ -296,12 +299,14 @@ pub fn check_reduce(dt: &Dtype, op: Op, inputs: &[&[u8]], got: &[u8]) -> Result<
             }
             continue;
         }
-        let xs: Vec<f64> = inputs.iter().map(|b| dt.value(b, i)).collect();
+        xs.clear();
+        xs.extend(inputs.iter().map(|b| dt.value(b, i)));
         let exact = op.reduce_f64(&xs);
         let tol = match op {
             Op::Max | Op::Min => 0.0,
             _ => {
-                let magnitudes: Vec<f64> = xs.iter().map(|x| x.abs()).collect();
+                magnitudes.clear();
+                magnitudes.extend(xs.iter().map(|x| x.abs()));
                 rounding * op.reduce_f64(&magnitudes) + dt.min_subnormal()
             }
         };
