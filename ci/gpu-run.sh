@@ -82,7 +82,10 @@ nextest() {
     while IFS=$'\t' read -r status s name; do
         case $status in PASS|LEAK) record PASS "$s" "[$v] $name" ;; *) record FAIL "$s" "[$v] $name" "$status; see ${log#"$logdir"/}" ;; esac
     done < <(sed -nE 's/^ *([A-Z-]+) \[ *([0-9.]+)s\] (\[[ 0-9/]+\] )?(\([ 0-9/]+\) )?metrale-gpu-sys::(.*)$/\1\t\2\t\3\5/p' "$log" | grep -v '^SLOW')
-    grep -q "Summary" "$log" || record FAIL "$secs" "[$v] nextest run" "exit $rc, no summary; see ${log#"$logdir"/}"
+    local cut
+    cut=$(grep -oE '[0-9]+/[0-9]+ tests were not run' "$log")
+    if [ -n "$cut" ]; then record FAIL 0 "[$v] nextest run cut off" "$cut; see ${log#"$logdir"/}"
+    elif ! grep -q "Summary" "$log"; then record FAIL "$secs" "[$v] nextest run" "exit $rc, no summary; see ${log#"$logdir"/}"; fi
 }
 
 for run in "${runs[@]}"; do
