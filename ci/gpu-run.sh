@@ -1,194 +1,171 @@
 #!/usr/bin/env bash
-# Runs the GPU suite that ci/gpu built, on the GPU machine (copied there as .gpu-build/run.sh).
+# The GPU runner: runs what ci/gpu staged on a GPU host (no Rust needed there) and prints one table, then
+# "N passed, M failed" last. Copied to .gpu-build/run.sh; run it from the repository checkout.
 #
-# Usage: bash .gpu-build/run.sh LOGDIR
+# Usage: bash .gpu-build/run.sh LOGDIR [VERSION[=LIBDIR] ...]
 #
-#   1. finds libnccl of the version the suite was built for (BUILD's NCCL_VERSION): $NCCL_LIB_DIR if set,
-#      the PyTorch venv's nvidia/nccl/lib, other pip wheels, ldconfig's list, the usual system folders;
-#      each candidate is verified by the test binary's own version check (ncclGetVersion);
-#   2. points every binary at it (LD_LIBRARY_PATH, which overrides their build-machine RUNPATH);
-#   3. runs nccl_info built against that version: must exit 0 with the all-reduce correct;
-#   4. runs nccl_info built against the pinned NCCL: where the library is older, it must report the
-#      version skew and exit non-zero (2), which counts as a pass;
-#   5. runs the host checks, then every GPU test, each in its own process (timeout per test;
-#      GPU_TESTS=<regex> picks some);
-#   6. writes full logs to LOGDIR (machine.txt, find-nccl.log, one log per step under steps/) and
-#      summary.txt, and prints a table last, ending with the line "N passed, M failed".
-# Exit status: 0 when everything passed, 1 otherwise (2: bad usage or no matching libnccl).
-#
-# NCCL_NVLS_ENABLE=0 is exported here, so every process started from this script (the tests' own child
-# processes set it again) runs with NVLink multicast off: it is forbidden on the GPU host.
+# Each VERSION is a build ci/gpu staged (.gpu-build/nccl-VERSION/, default: all of them), run against
+# libnccl VERSION: the one in LIBDIR if given (an NCCL built from source: <nccl>/build/lib), else the first
+# found on this host ($NCCL_LIB_DIR, ldconfig's cache, a search of /opt /usr /home /root), each candidate's
+# version read by nccl_info. Steps per version (GPU_STEPS, default "info multi tests kill"):
+#   info   nccl_info finds the GPUs and checks an all-reduce; every other build's nccl_info against this
+#          library: one built against newer headers must report the version skew (exit 2)
+#   multi  examples/multi_process, 2 processes (flags, torchrun's variables) over P2P and over sockets;
+#          under mpirun too when this host has Open MPI's
+#   tests  the GPU suite and the fault suite with cargo-nextest from the archive (ci/gpu-nextest.toml:
+#          one test at a time, each killed after 240 s); GPU_TESTS=<nextest filterset> picks some
+#   kill   the peer-kill test FAULTS_KILL_REPS times (default 1) over P2P and once over sockets, with a
+#          watchdog of FAULTS_KILL_WATCHDOG_S (default 10; NCCL never notices a dead peer over P2P, so each
+#          run lasts the whole deadline)
+# GPU_BUDGET_S (default 3600): no step starts after it, and a step is cut off at it. GPU_WAIT_FOR_LIB_S: how
+# long to wait for a LIBDIR's libnccl.so.2 to appear (a build still running). NCCL_NVLS_ENABLE=0 is
+# exported for every process: NVLink multicast is forbidden on the project's GPU host.
+# Logs: LOGDIR/summary.txt (the table and every MEASURED line), machine.txt, nccl-VERSION/*.log.
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0
-export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+export NCCL_NVLS_ENABLE=0 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-logdir=${1:-}
-[ -n "$logdir" ] || { echo "usage: $0 LOGDIR" >&2; exit 2; }
-mkdir -p "$logdir/steps" || exit 2
-logdir=$(cd "$logdir" && pwd)
-[ -f "$here/BUILD" ] || { echo "$here/BUILD missing: build with ci/gpu first" >&2; exit 2; }
+repo=$(cd "$here/.." && pwd)
+logdir=${1:?usage: bash .gpu-build/run.sh LOGDIR [VERSION[=LIBDIR] ...]}
+shift
+mkdir -p "$logdir" && logdir=$(cd "$logdir" && pwd) || exit 2
 # shellcheck disable=SC1091
-. "$here/BUILD"
-want=$NCCL_VERSION
-budget=${GPU_RUN_BUDGET_S:-540}      # stop starting tests after this many seconds (a command gets 600)
-per_test=${GPU_TEST_TIMEOUT_S:-150}  # one test's limit
-t0=$(date +%s.%N)
-elapsed() { awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.0f", b - a }'; }
+. "$here/BUILD" || { echo "$here/BUILD missing: stage with ci/gpu first" >&2; exit 2; }
+runs=("$@")
+[ ${#runs[@]} -gt 0 ] || read -ra runs <<< "$VERSIONS"
+steps=" ${GPU_STEPS:-info multi tests kill} "
+budget=${GPU_BUDGET_S:-3600}
+t0=$SECONDS
 
-names=(); results=(); seconds=(); notes=()
-record() { names+=("$1"); results+=("$2"); seconds+=("$3"); notes+=("${4:-}"); }
+rows=()   # "RESULT<TAB>SECONDS<TAB>WHAT<TAB>NOTE"
+record() { rows+=("$1"$'\t'"$2"$'\t'"$3"$'\t'"${4:-}"); }
+left() { echo $((budget - (SECONDS - t0))); }
 
-# run_step NAME LOGFILE LIMIT CMD...: runs CMD with a time limit; sets rc and secs.
-run_step() {
-    local name=$1 log=$2 limit=$3; shift 3
-    local start; start=$(date +%s.%N)
-    echo ">>> $name: $*" > "$log"
+# step LOG LIMIT CMD...: runs CMD with its output in LOG, cut off at LIMIT or the budget; sets rc, secs.
+step() {
+    local log=$1 limit=$2 start=$SECONDS; shift 2
+    [ "$(left)" -lt "$limit" ] && limit=$(left)
+    if [ "$limit" -le 0 ]; then rc=124; secs=0; echo "not run: the ${budget}s budget was spent" > "$log"; return; fi
+    echo ">>> $*" > "$log"
     timeout -k 10 "$limit" "$@" >> "$log" 2>&1
-    rc=$?
-    secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    rc=$?; secs=$((SECONDS - start))
     echo "<<< exit status $rc after ${secs}s" >> "$log"
 }
-
-# first_failure LOGFILE: the first line saying why a test failed.
-first_failure() {
-    grep -m1 -E "panicked at|^FAIL |assertion|error" "$1" -A1 | tr '\n' ' ' | cut -c1-240
+verdict() { # verdict WHAT LOG OK-CONDITION-EXIT-STATUS
+    if [ "$3" = 0 ]; then record PASS "$secs" "$1"; else record FAIL "$secs" "$1" "exit $rc; see ${2#"$logdir"/}"; fi
 }
 
-echo "GPU suite: NCCL $want (pinned $PINNED_NCCL), commit $COMMIT (dirty: $DIRTY), built $BUILT"
+{ nvidia-smi; nvidia-smi topo -m; uname -a; ldd --version | head -1; env | grep -E '^(NCCL|CUDA|LD_)' | sort; } \
+    > "$logdir/machine.txt" 2>&1
+echo "GPU runner: builds for NCCL ${runs[*]} of $COMMIT ($BUILT); logs in $logdir"
 
-# The machine, read only.
-{
-    nvidia-smi
-    nvidia-smi topo -m
-    nvidia-smi --query-gpu=index,name,driver_version,memory.total,pci.bus_id --format=csv
-    uname -a
-    ldd --version | head -1
-    env | grep -E '^(NCCL|CUDA|LD_LIBRARY)' | sort
-} > "$logdir/machine.txt" 2>&1
-driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
-gpu_list=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//' | paste -sd, -)
+# The host's libnccl folders and their versions (read by a staged nccl_info, whatever its headers).
+probe=$here/nccl-${VERSIONS%% *}/nccl_info
+dirs=()
+[ -n "${NCCL_LIB_DIR:-}" ] && dirs+=("$NCCL_LIB_DIR")
+while read -r lib; do dirs+=("$(dirname "$lib")"); done < <(
+    { ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2/ { print $NF }'
+      timeout 60 find /opt /usr /home /root -maxdepth 9 -name 'libnccl.so.2' 2>/dev/null; } | sort -u)
+for d in "${dirs[@]}"; do
+    pv=$(LD_LIBRARY_PATH=$d timeout 120 "$probe" 2>/dev/null | grep -m1 '^NCCL library' | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -1)
+    [ -n "$pv" ] && echo "found libnccl $pv in $d"
+done | tee "$logdir/libnccl-found.txt"
+mapfile -t found < <(sed -n 's/^found libnccl \([^ ]*\) in /\1 /p' "$logdir/libnccl-found.txt")
 
-# 1. libnccl $want.
-candidates=()
-[ -n "${NCCL_LIB_DIR:-}" ] && candidates+=("$NCCL_LIB_DIR")
-candidates+=(/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib)
-for d in /opt/*/.venv/lib/python3*/site-packages/nvidia/nccl/lib /opt/*/lib/python3*/site-packages/nvidia/nccl/lib \
-         /usr/local/lib/python3*/dist-packages/nvidia/nccl/lib /usr/lib/python3/dist-packages/nvidia/nccl/lib; do
-    [ -d "$d" ] && candidates+=("$d")
-done
-while read -r lib; do
-    [ -n "$lib" ] && candidates+=("$(dirname "$lib")")
-done < <(ldconfig -p 2>/dev/null | awk '/libnccl\.so/ { print $NF }')
-candidates+=(/usr/lib/x86_64-linux-gnu /usr/local/nccl/lib /usr/local/cuda/lib64)
-nccl_dir=""
-seen=" "
-for d in "${candidates[@]}"; do
-    case $seen in *" $d "*) continue ;; esac
-    seen="$seen$d "
-    [ -e "$d/libnccl.so.2" ] || [ -e "$d/libnccl.so" ] || continue
-    echo "--- candidate $d" >> "$logdir/find-nccl.log"
-    if LD_LIBRARY_PATH=$d METRALE_EXPECT_NCCL=$want "$here/gpu-tests" --exact nccl_library_matches_headers \
-        --nocapture >> "$logdir/find-nccl.log" 2>&1; then
-        nccl_dir=$d
-        break
-    fi
-done
-if [ -z "$nccl_dir" ]; then
-    echo "no libnccl $want found on this machine (looked in: ${candidates[*]}); see $logdir/find-nccl.log" | tee -a "$logdir/summary.txt"
-    exit 2
-fi
-export LD_LIBRARY_PATH=$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-lib_line=$(grep -m1 "NCCL headers" "$logdir/find-nccl.log" | tail -1)
-record "libnccl $want found ($nccl_dir)" PASS 0.0
-echo "libnccl $want: $nccl_dir"
-
-# 3. nccl_info, built against $want.
-run_step "nccl_info" "$logdir/steps/nccl_info.log" 120 "$here/nccl_info"
-if [ "$rc" = 0 ] && grep -q "sum correct" "$logdir/steps/nccl_info.log"; then
-    record "nccl_info (NCCL $want build): all-reduce correct" PASS "$secs"
-else
-    record "nccl_info (NCCL $want build): all-reduce correct" FAIL "$secs" "exit $rc; see steps/nccl_info.log"
-fi
-
-# 4. nccl_info built against the pinned NCCL: the skew, where the library is older.
-older=$(printf '%s\n%s\n' "$want" "$PINNED_NCCL" | sort -V | head -1)
-if [ "$want" != "$PINNED_NCCL" ] && [ "$older" = "$want" ]; then
-    run_step "nccl_info-pinned" "$logdir/steps/nccl_info-pinned.log" 120 "$here/nccl_info-pinned"
-    if [ "$rc" = 2 ] && grep -q "version skew" "$logdir/steps/nccl_info-pinned.log"; then
-        record "nccl_info (NCCL $PINNED_NCCL build): skew reported, exit $rc" PASS "$secs"
-    else
-        record "nccl_info (NCCL $PINNED_NCCL build): skew reported" FAIL "$secs" "exit $rc; see steps/nccl_info-pinned.log"
-    fi
-else
-    run_step "nccl_info-pinned" "$logdir/steps/nccl_info-pinned.log" 120 "$here/nccl_info-pinned"
-    if [ "$rc" = 0 ]; then
-        record "nccl_info (NCCL $PINNED_NCCL build): no skew against $want" PASS "$secs"
-    else
-        record "nccl_info (NCCL $PINNED_NCCL build): no skew against $want" FAIL "$secs" "exit $rc"
-    fi
-fi
-
-# 4b. examples/multi_process: one process per GPU with the TCP rendezvous, flags and torchrun's variables,
-#     over NVLink (P2P) and over NCCL's network transport (sockets, as between two hosts).
-multi() {  # multi PORT: rank 0 by flags, rank 1 by torchrun's variables
-    "$here/multi_process" --rank 0 --world-size 2 --local-rank 0 --master "127.0.0.1:$1" & local r0=$!
-    RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$1 "$here/multi_process"; local rc1=$?
-    wait "$r0"; local rc0=$?
-    [ "$rc0" = 0 ] && [ "$rc1" = 0 ]
+# nextest LOG LIMIT FILTERSET [OPTION...]: the staged suites of $build under cargo-nextest, one row per test.
+nextest() {
+    local log=$1 limit=$2 filter=$3; shift 3
+    step "$log" "$limit" "$here/cargo-nextest" nextest run --archive-file "$build/tests.tar.zst" \
+        --workspace-remap "$repo" --config-file "$here/nextest.toml" --profile gpu --run-ignored all \
+        --color never -E "not test(=child_entry) and ($filter)" "$@"
+    # nextest's status lines: "PASS [  1.2s] (3/9) metrale-gpu-sys::gpu name".
+    while IFS=$'\t' read -r status s name; do
+        case $status in PASS|LEAK) record PASS "$s" "[$v] $name" ;; *) record FAIL "$s" "[$v] $name" "$status; see ${log#"$logdir"/}" ;; esac
+    done < <(sed -nE 's/^ *([A-Z-]+) \[ *([0-9.]+)s\] (\[[ 0-9/]+\] )?(\([ 0-9/]+\) )?metrale-gpu-sys::(.*)$/\1\t\2\t\3\5/p' "$log" | grep -v '^SLOW')
+    local cut
+    cut=$(grep -oE '[0-9]+/[0-9]+ tests were not run' "$log")
+    if [ -n "$cut" ]; then record FAIL 0 "[$v] nextest run cut off" "$cut; see ${log#"$logdir"/}"
+    elif ! grep -q "Summary" "$log"; then record FAIL "$secs" "[$v] nextest run" "exit $rc, no summary; see ${log#"$logdir"/}"; fi
 }
-export -f multi; export here
-for transport in p2p net; do
-    extra=(); [ "$transport" = net ] && extra=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
-    port=$((29600 + ${#names[@]}))
-    run_step "multi_process $transport" "$logdir/steps/multi_process-$transport.log" 120 "${extra[@]}" bash -c "multi $port"
-    if [ "$rc" = 0 ] && [ "$(grep -c 'all-reduce of .* correct' "$logdir/steps/multi_process-$transport.log")" = 2 ]; then
-        record "multi_process, 2 processes ($transport)" PASS "$secs"
+
+for run in "${runs[@]}"; do
+    v=${run%%=*}; build=$here/nccl-$v; out=$logdir/nccl-$v
+    mkdir -p "$out"
+    [ -d "$build" ] || { record FAIL 0 "NCCL $v" "no staged build $build (ci/gpu $v)"; continue; }
+    lib=""; [ "$run" != "$v" ] && lib=${run#*=}
+    if [ -n "$lib" ]; then
+        for _ in $(seq "${GPU_WAIT_FOR_LIB_S:-0}"); do [ -e "$lib/libnccl.so.2" ] && break; sleep 1; done
+        [ -e "$lib/libnccl.so.2" ] || { record FAIL 0 "NCCL $v" "no libnccl.so.2 in $lib"; continue; }
     else
-        record "multi_process, 2 processes ($transport)" FAIL "$secs" "exit $rc; see steps/multi_process-$transport.log"
+        for f in "${found[@]}"; do [ "${f%% *}" = "$v" ] && lib=${f#* } && break; done
+        [ -n "$lib" ] || { record FAIL 0 "NCCL $v" "no libnccl $v on this host (see libnccl-found.txt); give VERSION=LIBDIR"; continue; }
+    fi
+    export LD_LIBRARY_PATH=$lib
+    # An older library than this build's headers, for the fault suite's loader test.
+    unset METRALE_OLDER_NCCL_LIB
+    for f in "${found[@]}"; do
+        [ "$(printf '%s\n%s\n' "${f%% *}" "$v" | sort -V | head -1)" != "$v" ] && export METRALE_OLDER_NCCL_LIB=${f#* } && break
+    done
+    echo "=== NCCL $v: headers $v, library $lib${METRALE_OLDER_NCCL_LIB:+, older library $METRALE_OLDER_NCCL_LIB}"
+
+    if [[ $steps == *" info "* ]]; then
+        step "$out/nccl_info.log" 120 "$build/nccl_info"
+        grep -q "sum correct" "$out/nccl_info.log"; verdict "[$v] nccl_info: all-reduce correct" "$out/nccl_info.log" $((rc + $?))
+        for other in "$here"/nccl-*/; do
+            o=$(basename "$other"); o=${o#nccl-}; [ "$o" = "$v" ] && continue
+            step "$out/nccl_info-$o-build.log" 120 "$other/nccl_info"
+            if [ "$(printf '%s\n%s\n' "$o" "$v" | sort -V | tail -1)" = "$v" ]; then want=0; else want=2; fi
+            verdict "[$v] nccl_info built for $o: exit $want" "$out/nccl_info-$o-build.log" $((rc != want))
+        done
+    fi
+
+    if [[ $steps == *" multi "* ]]; then
+        for transport in p2p net; do
+            log=$out/multi_process-$transport.log; port=$((29500 + RANDOM % 1000))
+            extra=(); [ $transport = net ] && extra=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
+            step "$log" 120 env "${extra[@]}" bash -c "
+                '$build/multi_process' --rank 0 --world-size 2 --local-rank 0 --master 127.0.0.1:$port & r0=\$!
+                RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port '$build/multi_process'; rc1=\$?
+                wait \$r0 && exit \$rc1"
+            [ "$(grep -c 'processes correct' "$log")" = 2 ]; verdict "[$v] multi_process, 2 processes ($transport)" "$log" $((rc + $?))
+        done
+        if mpirun --version 2>/dev/null | grep -q "Open MPI"; then
+            log=$out/multi_process-mpirun.log; root=(); [ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
+            step "$log" 120 env MASTER_ADDR=127.0.0.1 MASTER_PORT=$((30500 + RANDOM % 1000)) mpirun "${root[@]}" -np 2 \
+                --oversubscribe -x MASTER_ADDR -x MASTER_PORT -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE "$build/multi_process"
+            [ "$(grep -c 'processes correct' "$log")" = 2 ]; verdict "[$v] multi_process under mpirun" "$log" $((rc + $?))
+        else
+            record SKIP 0 "[$v] multi_process under mpirun" "no Open MPI mpirun on this host"
+        fi
+    fi
+
+    kill_test='test(=peers::peer_killed_mid_collective)'
+    if [[ $steps == *" tests "* ]]; then
+        nextest "$out/suites.log" 3000 "(${GPU_TESTS:-all()}) and not $kill_test"
+    fi
+    if [[ $steps == *" kill "* ]]; then
+        export METRALE_FAULT_WATCHDOG_S=${FAULTS_KILL_WATCHDOG_S:-10}
+        nextest "$out/peer-kill-p2p.log" 900 "$kill_test" --stress-count "${FAULTS_KILL_REPS:-1}"
+        NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 nextest "$out/peer-kill-net.log" 300 "$kill_test"
+        unset METRALE_FAULT_WATCHDOG_S
     fi
 done
 
-# 5. The host checks, then every GPU test in its own process.
-run_step "host checks" "$logdir/steps/host-checks.log" 120 "$here/gpu-tests" --test-threads=4
-if [ "$rc" = 0 ]; then record "host checks (non-GPU tests)" PASS "$secs"; else record "host checks (non-GPU tests)" FAIL "$secs" "exit $rc"; fi
-
-# GPU_TESTS (an extended regular expression) runs only the tests whose names match it.
-mapfile -t tests < <("$here/gpu-tests" --list --ignored 2>/dev/null | sed -n 's/: test$//p' \
-    | grep -vx child_process_entry | grep -E -- "${GPU_TESTS:-.}")
-[ "${#tests[@]}" -gt 0 ] || record "list of GPU tests" FAIL 0.0 "gpu-tests --list --ignored listed none"
-for t in "${tests[@]}"; do
-    log="$logdir/steps/${t//::/.}.log"
-    if [ "$(elapsed)" -gt "$budget" ]; then
-        record "$t" FAIL 0.0 "not run: the run's ${budget}s budget was spent"
-        continue
-    fi
-    echo "running $t ..."
-    run_step "$t" "$log" "$per_test" "$here/gpu-tests" --exact "$t" --ignored --nocapture --test-threads=1
-    case $rc in
-        0) if grep -q "1 passed" "$log"; then record "$t" PASS "$secs"; else record "$t" FAIL "$secs" "ran no test"; fi ;;
-        124|137) record "$t" FAIL "$secs" "TIMEOUT after ${per_test}s" ;;
-        *) record "$t" FAIL "$secs" "exit $rc: $(first_failure "$log")" ;;
-    esac
-done
-
-# 6. The table, last.
-passed=0; failed=0
-for r in "${results[@]}"; do
-    if [ "$r" = PASS ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+passed=0; failed=0; skipped=0
+for r in "${rows[@]}"; do
+    case ${r%%$'\t'*} in PASS) passed=$((passed + 1)) ;; SKIP) skipped=$((skipped + 1)) ;; *) failed=$((failed + 1)) ;; esac
 done
 {
     echo
-    echo "GPU suite on $(hostname): ${gpu_list:-GPUs unknown}, driver ${driver:-unknown}; libnccl $want from $nccl_dir"
-    echo "${lib_line}"
-    for i in "${!names[@]}"; do
-        if [ -n "${notes[$i]}" ]; then echo "  ${names[$i]}: ${notes[$i]}"; fi
+    echo "GPU runner on $(hostname): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//' | paste -sd';' -)"
+    echo "measured:"
+    grep -r "MEASURED " "$logdir"/nccl-*/ 2>/dev/null | sed -E 's|^.*/nccl-([^/]*)/[^:]*:.*MEASURED |  [\1] |' | sort -u
+    printf '%-6s %8s  %s\n' result seconds test
+    for r in "${rows[@]}"; do
+        IFS=$'\t' read -r res s what note <<< "$r"
+        printf '%-6s %8s  %s%s\n' "$res" "$s" "$what" "${note:+  ($note)}"
     done
-    printf '%-74s %-6s %8s\n' "test" "result" "seconds"
-    for i in "${!names[@]}"; do
-        printf '%-74s %-6s %8s\n' "${names[$i]}" "${results[$i]}" "${seconds[$i]}"
-    done
-    echo "total $(elapsed) s; full logs in $logdir"
-    echo "$passed passed, $failed failed"
+    echo "total $((SECONDS - t0)) s; logs in $logdir"
+    echo "$passed passed, $failed failed, $skipped skipped"
 } | tee "$logdir/summary.txt"
 [ "$failed" = 0 ]

@@ -156,13 +156,16 @@ fn all_reduce_check(n: usize) -> Checked {
             let stream = create_stream(d)?;
             let mut ptr: CUdeviceptr = 0;
             let host = vec![(d + 1) as f32; COUNT];
-            // SAFETY: create_stream made device d current; the copy reads COUNT floats from `host`.
+            // SAFETY: create_stream made device d current; the copy reads COUNT floats from `host`. It is
+            // queued on the all-reduce's own stream: a plain cuMemcpyHtoD runs on the legacy stream, which
+            // a non-blocking stream does not wait for. From pageable memory the driver has staged `host`
+            // when the call returns, so `host` may go away.
             unsafe {
                 check_cuda(api.cuMemAlloc_v2(&mut ptr, COUNT * 4), "cuMemAlloc")?;
                 bufs.push((ptr, stream));
                 check_cuda(
-                    api.cuMemcpyHtoD_v2(ptr, host.as_ptr().cast(), COUNT * 4),
-                    "cuMemcpyHtoD",
+                    api.cuMemcpyHtoDAsync_v2(ptr, host.as_ptr().cast(), COUNT * 4, stream),
+                    "cuMemcpyHtoDAsync",
                 )?;
             }
         }
@@ -186,14 +189,17 @@ fn all_reduce_check(n: usize) -> Checked {
         }
         let expected = (n * (n + 1) / 2) as f32;
         for &(ptr, stream) in &bufs {
-            // SAFETY: the stream is live until the clean-up below.
-            unsafe { sync_stream(stream)? };
             let mut host = vec![0f32; COUNT];
-            check_cuda(
-                // SAFETY: writes COUNT floats into `host` from a buffer of that size.
-                unsafe { api.cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), ptr, COUNT * 4) },
-                "cuMemcpyDtoH",
-            )?;
+            // SAFETY: writes COUNT floats into `host` from a buffer of that size, on the all-reduce's
+            // stream; `host` is read only after the stream is synchronised. The stream is live until the
+            // clean-up below.
+            unsafe {
+                check_cuda(
+                    api.cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), ptr, COUNT * 4, stream),
+                    "cuMemcpyDtoHAsync",
+                )?;
+                sync_stream(stream)?;
+            }
             if let Some(i) = host.iter().position(|&x| x != expected) {
                 return Err(
                     format!("element {i} is {} on a GPU, expected {expected}", host[i]).into(),

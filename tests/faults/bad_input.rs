@@ -10,10 +10,36 @@ use metrale_gpu_sys::watchdog;
 
 use crate::common::*;
 
+/// Configs NCCL refuses: what is wrong, blocking, minCTAs, maxCTAs, and NCCL's message for it.
+const BAD_CONFIGS: [(&str, i32, i32, i32, &str); 2] = [
+    (
+        "blocking = 7",
+        7,
+        NCCL_CONFIG_UNDEF_INT,
+        NCCL_CONFIG_UNDEF_INT,
+        "Invalid config blocking attribute value 7",
+    ),
+    (
+        "minCTAs 8 > maxCTAs 2",
+        NCCL_CONFIG_UNDEF_INT,
+        8,
+        2,
+        "Invalid config min/max channels attribute value 8/2",
+    ),
+];
+
+fn bad_config(blocking: i32, min_ctas: i32, max_ctas: i32) -> NcclConfig {
+    let mut config = NcclConfig::default();
+    config.blocking = blocking;
+    config.minCTAs = min_ctas;
+    config.maxCTAs = max_ctas;
+    config
+}
+
 /// Checks that `res` is `code`, that NCCL's text for it (`ncclGetErrorString`) contains `text`, and that
 /// `ncclGetLastError` names this failure (contains every one of `last`). Returns the error's message.
 ///
-/// `ncclGetLastError` is process-wide, not per thread or per call (tests/faults.rs shows it), so every
+/// `ncclGetLastError` is process-wide, not per thread or per call (`bad_input_without_a_gpu_is_an_error_with_nccls_text` shows it), so every
 /// case uses values no other case uses, and the call's name, to be sure the message is this call's.
 pub fn expect_error(
     what: &str,
@@ -288,19 +314,8 @@ fn bad_input_without_a_gpu_is_an_error_with_nccls_text() {
     ) {
         let id = NcclUniqueId::new().expect("ncclGetUniqueId");
         let mut comm: NcclComm = null_mut();
-        for (what, blocking, min, max) in [
-            (
-                "blocking = 7",
-                7,
-                NCCL_CONFIG_UNDEF_INT,
-                NCCL_CONFIG_UNDEF_INT,
-            ),
-            ("minCTAs 8 > maxCTAs 2", NCCL_CONFIG_UNDEF_INT, 8, 2),
-        ] {
-            let mut config = NcclConfig::default();
-            config.blocking = blocking;
-            config.minCTAs = min;
-            config.maxCTAs = max;
+        for (what, blocking, min, max, _) in BAD_CONFIGS {
+            let mut config = bad_config(blocking, min, max);
             // SAFETY: comm and config are valid for the call.
             let res = unsafe { ncclCommInitRankConfig(&mut comm, 1, id, 0, &mut config) };
             check(expect_error(
@@ -315,26 +330,21 @@ fn bad_input_without_a_gpu_is_an_error_with_nccls_text() {
     } else {
         println!("a CUDA driver is present: the no-driver answers are not checked here (bad_input_on_gpus checks the config on GPUs)");
     }
-    assert!(
-        failures.is_empty(),
-        "{} case(s) failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    expect_no_failures(&failures);
 }
 
 /// On GPUs, with two blocking communicators: every bad argument is NCCL's `ncclInvalidArgument` with
 /// its message, and a correct all-reduce (checked against the host) works after each.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/faults-run.sh"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn bad_input_on_gpus() {
     gpus();
     const COUNT: usize = 1 << 18;
     let pair = Pair::init_all(COUNT);
     pair.check_all_reduce(100)
         .expect("a correct all-reduce first");
-    let (c0, s0) = (pair.comms[0], pair.streams[0]);
-    let (sb, rb) = (pair.send[0].void(), pair.recv[0].void());
+    let (c0, s0) = (pair.world.comms[0], pair.world.streams[0]);
+    let (sb, rb) = (pair.send[0].at(0), pair.recv[0].at(0));
     let (f32t, sum) = (NcclDataType::ncclFloat32, NcclRedOp::ncclSum);
     let inv = NcclResult::ncclInvalidArgument;
     let ia = "invalid argument";
@@ -429,33 +439,20 @@ fn bad_input_on_gpus() {
         );
         let mut comm: NcclComm = null_mut();
         cuda::use_device(0, "bad config").expect("use_device");
-        let mut config = NcclConfig::default();
-        config.blocking = 7;
-        case(
-            "blocking 7",
-            expect_error(
-                "ncclCommInitRankConfig(blocking = 7)",
-                ncclCommInitRankConfig(&mut comm, 1, id, 0, &mut config),
-                inv,
-                ia,
-                &["Invalid config blocking attribute value 7"],
-            ),
-        );
-        assert!(comm.is_null(), "a refused config left a handle");
-        let mut config = NcclConfig::default();
-        config.minCTAs = 8;
-        config.maxCTAs = 2;
-        case(
-            "minCTAs > maxCTAs",
-            expect_error(
-                "ncclCommInitRankConfig(minCTAs 8 > maxCTAs 2)",
-                ncclCommInitRankConfig(&mut comm, 1, id, 0, &mut config),
-                inv,
-                ia,
-                &["Invalid config min/max channels attribute value 8/2"],
-            ),
-        );
-        assert!(comm.is_null(), "a refused config left a handle");
+        for (what, blocking, min, max, message) in BAD_CONFIGS {
+            let mut config = bad_config(blocking, min, max);
+            case(
+                what,
+                expect_error(
+                    &format!("ncclCommInitRankConfig({what})"),
+                    ncclCommInitRankConfig(&mut comm, 1, id, 0, &mut config),
+                    inv,
+                    ia,
+                    &[message],
+                ),
+            );
+            assert!(comm.is_null(), "a refused config left a handle");
+        }
         case(
             "rank 5 of 2",
             expect_error(
@@ -484,7 +481,7 @@ fn bad_input_on_gpus() {
             for r in 0..2 {
                 let ptr = bufs[r].cast::<u8>().add(offset).cast::<c_void>();
                 results.push(ncclCommWindowRegister(
-                    pair.comms[r],
+                    pair.world.comms[r],
                     ptr,
                     4 * align,
                     &mut wins[r],
@@ -546,7 +543,7 @@ fn bad_input_on_gpus() {
             check_nccl(ncclGroupStart(), "ncclGroupStart").expect("group");
             for r in 0..2 {
                 check_nccl(
-                    ncclCommWindowDeregister(pair.comms[r], wins[r]),
+                    ncclCommWindowDeregister(pair.world.comms[r], wins[r]),
                     "ncclCommWindowDeregister",
                 )
                 .expect("deregister");
@@ -560,17 +557,12 @@ fn bad_input_on_gpus() {
         // SAFETY: from nccl_mem_alloc, no longer registered (the communicators are gone) or used.
         unsafe { nccl_mem_free(b) }.expect("ncclMemFree");
     }
-    report_bound(&format!(
+    measured(&format!(
         "{} bad-input cases, {} failed",
         11,
         failures.len()
     ));
-    assert!(
-        failures.is_empty(),
-        "{} case(s) failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    expect_no_failures(&failures);
 }
 
 /// The inputs that may crash the process if NCCL does not catch them run in child processes: a count
@@ -578,7 +570,7 @@ fn bad_input_on_gpus() {
 /// with NCCL_CHECK_POINTERS=1). What NCCL does is recorded; the process must never crash or hang: it
 /// reports an error (from the call, or the watchdog's) and exits.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/faults-run.sh"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn bad_input_that_may_crash_in_a_child_process() {
     gpus();
     let mut failures = Vec::new();
@@ -601,7 +593,7 @@ fn bad_input_that_may_crash_in_a_child_process() {
                 ""
             }
         );
-        let mut child = spawn_child(&name, "bad-input", &env);
+        let mut child = child::spawn(&name, "bad-input", &env);
         let status = child.wait_exit(Duration::from_secs(90));
         child.dump();
         let out = child.output();
@@ -618,7 +610,7 @@ fn bad_input_that_may_crash_in_a_child_process() {
     for o in &outcomes {
         println!("recorded: {o}");
     }
-    report_bound(&format!(
+    measured(&format!(
         "no crash: {}",
         outcomes
             .iter()
@@ -660,7 +652,7 @@ pub fn bad_input_child() {
         "count-overflow" => (
             usize::MAX / 4 + 2,
             (0..2)
-                .map(|r| (pair.send[r].void(), pair.recv[r].void()))
+                .map(|r| (pair.send[r].at(0), pair.recv[r].at(0)))
                 .collect(),
         ),
         "host-pointer" => (
@@ -683,8 +675,8 @@ pub fn bad_input_child() {
                 count,
                 NcclDataType::ncclFloat32,
                 NcclRedOp::ncclSum,
-                pair.comms[r],
-                pair.streams[r],
+                pair.world.comms[r],
+                pair.world.streams[r],
             ));
         }
         results.push(ncclGroupEnd());
@@ -710,7 +702,11 @@ pub fn bad_input_child() {
             for r in 0..2 {
                 // SAFETY: live handles; on an error the communicator is aborted and not used again.
                 match unsafe {
-                    watchdog::wait_stream(pair.comms[r], pair.streams[r], Duration::from_secs(20))
+                    watchdog::wait_stream(
+                        pair.world.comms[r],
+                        pair.world.streams[r],
+                        Duration::from_secs(20),
+                    )
                 } {
                     Ok(()) => verdicts.push(format!("rank {r} completed")),
                     Err(e) => {

@@ -50,7 +50,7 @@ impl Gauge {
 
 /// 100 000 stream and event create/destroy cycles, 1 000 `nccl_mem_alloc`/`nccl_mem_free` of 2 MiB.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/faults-run.sh"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn no_leak_streams_events_nccl_memory() {
     gpus();
     // Warm up: the driver's pools and NCCL's allocator state exist before the baseline.
@@ -86,13 +86,13 @@ fn no_leak_streams_events_nccl_memory() {
         alloc((i % 2) as i32, i);
     }
     let b = g.finish(8.0, 16.0);
-    report_bound(&format!("{a} | {b}"));
+    measured(&format!("{a} | {b}"));
 }
 
 /// 100 cycles of a 2-GPU communicator: ncclCommInitAll, one all-reduce checked against the host (so
 /// connections are set up and torn down each time), ncclCommDestroy.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/faults-run.sh"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn no_leak_communicators() {
     gpus();
     const CYCLES: u64 = 100;
@@ -127,7 +127,7 @@ fn no_leak_communicators() {
         cycle(2 + i);
     }
     let line = g.finish(32.0, 64.0);
-    report_bound(&line);
+    measured(&line);
 }
 
 /// What a thread saw: the driver table's address, its current context, a unique id's bytes.
@@ -136,7 +136,7 @@ type Seen = (usize, usize, Vec<u8>);
 /// 32 threads at once, from a barrier: the driver loaded once (every thread gets the same table), one
 /// primary context per device, and every helper working: streams, events, NCCL memory, unique ids.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/faults-run.sh"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn many_threads_share_one_driver_and_helpers_work() {
     gpus();
     const THREADS: usize = 32;
@@ -242,5 +242,5 @@ fn many_threads_share_one_driver_and_helpers_work() {
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), THREADS, "unique ids repeated across threads");
-    report_bound(&format!("{THREADS} threads x 20 rounds: one driver table, one context per GPU, every memset read back correct"));
+    measured(&format!("{THREADS} threads x 20 rounds: one driver table, one context per GPU, every memset read back correct"));
 }

@@ -10,7 +10,7 @@ use metrale_gpu_sys::watchdog::{self, WaitError};
 
 use crate::common::*;
 
-/// The watchdog's deadline in the peer-kill test (the "say 30 s"); ci/faults-run.sh shortens it
+/// The watchdog's deadline in the peer-kill test (the "say 30 s"); the GPU runner shortens it
 /// for the repetitions: within one host NCCL never reports a dead peer over P2P/SHM (NVIDIA/nccl#279),
 /// so every such run lasts the whole deadline.
 const KILL_WATCHDOG_VAR: &str = "METRALE_FAULT_WATCHDOG_S";
@@ -18,9 +18,6 @@ const KILL_WATCHDOG_VAR: &str = "METRALE_FAULT_WATCHDOG_S";
 const KILL_COUNT: usize = (256 << 20) / 4;
 /// All-reduces queued per batch (each batch is awaited by the watchdog).
 const KILL_DEPTH: usize = 16;
-const RANK_VAR: &str = "METRALE_FAULT_RANK";
-const ID_VAR: &str = "METRALE_FAULT_UNIQUE_ID";
-const ID_LINE: &str = "FAULT-UNIQUE-ID=";
 
 /// Enqueues on a non-blocking communicator: `ncclInProgress` means "still enqueueing", awaited with the
 /// bounded wait (which aborts the communicator if it fails).
@@ -33,10 +30,10 @@ enum Enqueue {
 }
 
 /// # Safety
-/// `comm` and `stream` are live; the buffers hold `count` floats on the communicator's device.
+/// `comm` and `stream` are live; the buffers are of one size, on the communicator's device.
 unsafe fn all_reduce_nb(
-    send: &DevMem,
-    recv: &DevMem,
+    send: &DevBuf,
+    recv: &DevBuf,
     comm: NcclComm,
     stream: cuda::CUstream,
     timeout: Duration,
@@ -44,9 +41,9 @@ unsafe fn all_reduce_nb(
     // SAFETY: guaranteed by the caller.
     let res = unsafe {
         ncclAllReduce(
-            send.void(),
-            recv.void(),
-            send.count,
+            send.at(0),
+            recv.at(0),
+            send.bytes / 4,
             NcclDataType::ncclFloat32,
             NcclRedOp::ncclSum,
             comm,
@@ -70,21 +67,10 @@ unsafe fn all_reduce_nb(
 /// then batches of 256 MiB all-reduces awaited by the watchdog until it fails (rank 0: the peer was
 /// killed) or for at most 5 minutes.
 pub fn peer_child() {
-    let rank: usize = std::env::var(RANK_VAR)
-        .expect("rank")
-        .parse()
-        .expect("rank");
+    let rank = child::number(child::RANK);
     let dev = rank as i32;
     let timeout = secs_from_env(KILL_WATCHDOG_VAR, 30);
-    let id = if rank == 0 {
-        let id = NcclUniqueId::new().expect("ncclGetUniqueId");
-        println!("{ID_LINE}{}", to_hex(&id.to_bytes()));
-        id
-    } else {
-        let bytes = from_hex(&std::env::var(ID_VAR).expect("the unique id"));
-        NcclUniqueId::from_bytes(bytes.try_into().expect("128 bytes"))
-    };
-    std::io::stdout().flush().expect("flush");
+    let id = child::unique_id(rank);
     let stream = create_stream(dev).expect("create_stream");
     cuda::use_device(dev, "peer child").expect("use_device");
     let mut comm: NcclComm = std::ptr::null_mut();
@@ -98,9 +84,9 @@ pub fn peer_child() {
     // SAFETY: the handle the non-blocking init returned.
     unsafe { watchdog::wait_comm_ready(comm, Duration::from_secs(60)) }.expect("init completes");
     let free_before = device_free(dev);
-    let send = DevMem::new(dev, KILL_COUNT);
-    let recv = DevMem::new(dev, KILL_COUNT);
-    send.upload(&inputs(1, rank, KILL_COUNT));
+    let send = DevBuf::cuda(dev, KILL_COUNT * 4);
+    let recv = DevBuf::cuda(dev, KILL_COUNT * 4);
+    send.upload_f32(&inputs(1, rank, KILL_COUNT), stream);
 
     // One all-reduce checked against the host first: the communicator really works.
     // SAFETY: live handles; buffers of KILL_COUNT floats on this device.
@@ -113,7 +99,7 @@ pub fn peer_child() {
     unsafe { watchdog::wait_stream(comm, stream, timeout) }.expect("first all-reduce completes");
     compare(
         "first all-reduce",
-        &recv.download(),
+        &recv.download_f32(stream),
         &expected_sum(1, 2, KILL_COUNT),
     )
     .expect("first all-reduce correct");
@@ -171,7 +157,7 @@ pub fn peer_child() {
     // SAFETY: the stream is live; the aborted communicator is not used again.
     let drained = unsafe { sync_stream(stream) };
     println!("rank {rank}: sync_stream after the abort: {drained:?}");
-    let buffers = ((send.count + recv.count) * size_of::<f32>()) as f64;
+    let buffers = (send.bytes + recv.bytes) as f64;
     let free_before_frees = device_free(dev);
     send.free().expect("cuMemFree after the abort");
     recv.free().expect("cuMemFree after the abort");
@@ -214,7 +200,7 @@ fn kind(e: &WaitError) -> &'static str {
 /// returns an error (a remote error, or a timeout: NCCL does not notice a dead peer on the same host
 /// over P2P/SHM) within the stated bound, aborts, frees its memory and exits 0.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/faults-run.sh"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn peer_killed_mid_collective() {
     gpus();
     let timeout = secs_from_env(KILL_WATCHDOG_VAR, 30);
@@ -234,19 +220,16 @@ fn peer_killed_mid_collective() {
         ),
     ];
     let mut env0 = debug.to_vec();
-    env0.push((RANK_VAR, "0".into()));
-    let mut rank0 = spawn_child("rank 0", "peer", &env0);
-    let Some((_, id_line)) = rank0.wait_line(ID_LINE, Duration::from_secs(60)) else {
+    env0.push((child::RANK, "0".into()));
+    let mut rank0 = child::spawn("rank 0", "peer", &env0);
+    let Some(id) = rank0.wait_unique_id(Duration::from_secs(60)) else {
         rank0.dump();
         panic!("rank 0 printed no unique id within 60 s");
     };
-    let id = id_line[id_line.find(ID_LINE).expect("id line") + ID_LINE.len()..]
-        .trim()
-        .to_string();
     let mut env1 = debug.to_vec();
-    env1.push((RANK_VAR, "1".into()));
-    env1.push((ID_VAR, id));
-    let mut rank1 = spawn_child("rank 1", "peer", &env1);
+    env1.push((child::RANK, "1".into()));
+    env1.push((child::UNIQUE_ID, id));
+    let mut rank1 = child::spawn("rank 1", "peer", &env1);
     for child in [&rank0, &rank1] {
         if child
             .wait_line("FAULT-LOOPING", Duration::from_secs(90))
@@ -273,7 +256,7 @@ fn peer_killed_mid_collective() {
     };
     let after = at.saturating_duration_since(killed_at);
     let what = line.split(": ").skip(1).collect::<Vec<_>>().join(": ");
-    report_bound(&format!(
+    measured(&format!(
         "{:.1} s to the error, exit 0 after {:.1} s (watchdog {} s, bound {} s; {transport}; {})",
         after.as_secs_f64(),
         exited_after.as_secs_f64(),
@@ -353,7 +336,7 @@ fn cpu_seconds() -> (f64, f64) {
 /// Rank 0 of 2 inits alone (non-blocking): the bounded wait times out within its bound, aborts, and
 /// leaves no communicator thread running or spinning; the process then works normally.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/faults-run.sh"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn peer_never_arrives() {
     gpus();
     let timeout = secs_from_env("METRALE_FAULT_INIT_TIMEOUT_S", 20);
@@ -449,7 +432,7 @@ fn peer_never_arrives() {
     pair.check_all_reduce(7)
         .expect("a new communicator after the abort");
     drop(pair);
-    report_bound(&format!(
+    measured(&format!(
         "timeout after {:.1} s (deadline {} s, bound {} s); {} new threads left ({}), {:.0}% CPU after (+{:.0}% in the id's root thread)",
         took.as_secs_f64(),
         timeout.as_secs(),
@@ -465,7 +448,7 @@ fn peer_never_arrives() {
 /// next one, which waits forever for rank 1. A thread blocked in `sync_stream` on it returns once the
 /// main thread calls `ncclCommAbort`; then a new communicator runs a correct all-reduce.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/faults-run.sh"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn abort_from_another_thread_unsticks_a_collective() {
     gpus();
     const COUNT: usize = 16 << 20;
@@ -496,18 +479,18 @@ fn abort_from_another_thread_unsticks_a_collective() {
         create_stream(0).expect("stream"),
         create_stream(1).expect("stream"),
     ];
-    let send = [DevMem::new(0, COUNT), DevMem::new(1, COUNT)];
-    let recv = [DevMem::new(0, COUNT), DevMem::new(1, COUNT)];
+    let buffers = || [DevBuf::cuda(0, COUNT * 4), DevBuf::cuda(1, COUNT * 4)];
+    let (send, recv) = (buffers(), buffers());
     for r in 0..2 {
-        send[r].upload(&inputs(3, r, COUNT));
+        send[r].upload_f32(&inputs(3, r, COUNT), streams[r]);
     }
     // SAFETY: a group over both live communicators; buffers of COUNT floats on each one's device.
     unsafe {
         check_nccl(ncclGroupStart(), "ncclGroupStart").expect("group");
         for r in 0..2 {
             let res = ncclAllReduce(
-                send[r].void(),
-                recv[r].void(),
+                send[r].at(0),
+                recv[r].at(0),
                 COUNT,
                 NcclDataType::ncclFloat32,
                 NcclRedOp::ncclSum,
@@ -531,7 +514,7 @@ fn abort_from_another_thread_unsticks_a_collective() {
     for r in 0..2 {
         compare(
             &format!("all-reduce before the fault, rank {r}"),
-            &recv[r].download(),
+            &recv[r].download_f32(streams[r]),
             &want,
         )
         .expect("correct");
@@ -541,8 +524,8 @@ fn abort_from_another_thread_unsticks_a_collective() {
     // SAFETY: live handles; rank 1 never joins, so this all-reduce cannot finish.
     let res = unsafe {
         ncclAllReduce(
-            send[0].void(),
-            recv[0].void(),
+            send[0].at(0),
+            recv[0].at(0),
             COUNT,
             NcclDataType::ncclFloat32,
             NcclRedOp::ncclSum,
@@ -606,7 +589,7 @@ fn abort_from_another_thread_unsticks_a_collective() {
     pair.check_all_reduce(11)
         .expect("a new communicator after the abort runs a correct all-reduce");
     drop(pair);
-    report_bound(&format!(
+    measured(&format!(
         "stuck wait returned {:.2} s after ncclCommAbort began (abort took {:.2} s; bound {} s); new comm correct",
         after.as_secs_f64(),
         abort_took.as_secs_f64(),

@@ -2,7 +2,7 @@
 //! every other collective, send/recv, pre-multiplied sums, and buffers of hundreds of MiB.
 
 use crate::common::*;
-use crate::data::{self, Op, ALL};
+use crate::data::{self, ALL};
 
 /// Element counts of the small cases: 1 element, odd counts (never a multiple of 16 bytes for any type),
 /// and a count past the sizes NCCL handles with its low-latency protocols.
@@ -27,19 +27,22 @@ fn every_collective(n: usize) -> Vec<Coll> {
     ]
 }
 
-fn placements(coll: Coll) -> Vec<bool> {
-    let mut p = Vec::new();
-    if coll.has_out_of_place() {
-        p.push(false);
+/// `coll` on `dt` at every count of [`COUNTS`], out of place and in place where it has them.
+fn every_count(tally: &mut Tally, world: &World, coll: Coll, dt: &data::Dtype, seed: &mut u64) {
+    let placements = [
+        (false, coll.has_out_of_place()),
+        (true, coll.has_in_place()),
+    ];
+    for (in_place, _) in placements.into_iter().filter(|&(_, has)| has) {
+        for count in COUNTS {
+            *seed += 1;
+            tally.case(world, Case::new(coll, dt, count, in_place, *seed));
+        }
     }
-    if coll.has_in_place() {
-        p.push(true);
-    }
-    p
 }
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn all_reduce_every_type_and_op() {
     let n = gpus();
     let world = World::init_all(n);
@@ -47,22 +50,7 @@ fn all_reduce_every_type_and_op() {
     let mut seed = 1;
     for dt in &ALL {
         for &op in dt.ops() {
-            for in_place in [false, true] {
-                for count in COUNTS {
-                    seed += 1;
-                    let coll = Coll::AllReduce(op);
-                    tally.case(
-                        &world,
-                        coll,
-                        dt,
-                        count,
-                        in_place,
-                        seed,
-                        Buffers::Fresh,
-                        None,
-                    );
-                }
-            }
+            every_count(&mut tally, &world, Coll::AllReduce(op), dt, &mut seed);
         }
     }
     tally.finish("all_reduce_every_type_and_op");
@@ -70,7 +58,7 @@ fn all_reduce_every_type_and_op() {
 
 /// Every collective but the all-reduce, on communicators from `ncclCommInitAll`.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn collectives_init_all() {
     let n = gpus();
     let world = World::init_all(n);
@@ -78,21 +66,7 @@ fn collectives_init_all() {
     let mut seed = 1000;
     for coll in every_collective(n) {
         for dt in &ALL {
-            for in_place in placements(coll) {
-                for count in COUNTS {
-                    seed += 1;
-                    tally.case(
-                        &world,
-                        coll,
-                        dt,
-                        count,
-                        in_place,
-                        seed,
-                        Buffers::Fresh,
-                        None,
-                    );
-                }
-            }
+            every_count(&mut tally, &world, coll, dt, &mut seed);
         }
     }
     tally.finish("collectives_init_all");
@@ -101,7 +75,7 @@ fn collectives_init_all() {
 /// Every collective, all-reduce included, on communicators from `ncclCommInitRank` per GPU inside
 /// `ncclGroupStart/End`.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn collectives_init_rank_in_group() {
     let n = gpus();
     let world = World::init_rank_group(n);
@@ -114,21 +88,7 @@ fn collectives_init_rank_in_group() {
             if coll == Coll::AllReduce(Op::Avg) && !dt.is_float() {
                 continue; // avg is for floating types
             }
-            for in_place in placements(coll) {
-                for count in COUNTS {
-                    seed += 1;
-                    tally.case(
-                        &world,
-                        coll,
-                        dt,
-                        count,
-                        in_place,
-                        seed,
-                        Buffers::Fresh,
-                        None,
-                    );
-                }
-            }
+            every_count(&mut tally, &world, coll, dt, &mut seed);
         }
     }
     tally.finish("collectives_init_rank_in_group");
@@ -137,7 +97,7 @@ fn collectives_init_rank_in_group() {
 /// `ncclRedOpCreatePreMulSum` with a host scalar and a device scalar (different on every rank), used
 /// in an all-reduce, then `ncclRedOpDestroy`.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn premul_sum_host_and_device_scalars() {
     let n = gpus();
     let world = World::init_all(n);
@@ -153,27 +113,17 @@ fn premul_sum_host_and_device_scalars() {
         for on_device in [false, true] {
             let scalars: Vec<f64> = (0..n).map(|r| pool[(r + on_device as usize) % 4]).collect();
             let premul = PreMul { scalars, on_device };
+            println!(
+                "PreMulSum {}: scalars {:?} on the {}",
+                dt.name,
+                premul.scalars,
+                if on_device { "device" } else { "host" }
+            );
             for in_place in [false, true] {
                 for count in [1, 1001, 65_539] {
                     seed += 1;
-                    let what = format!(
-                        "PreMulSum {} scalars {:?} on the {} count {count} {}",
-                        dt.name,
-                        premul.scalars,
-                        if on_device { "device" } else { "host" },
-                        if in_place { "in place" } else { "out of place" }
-                    );
-                    let result = run_case(
-                        &world,
-                        Coll::PreMulSum,
-                        dt,
-                        count,
-                        in_place,
-                        seed,
-                        Buffers::Fresh,
-                        Some(&premul),
-                    );
-                    tally.record(&what, result);
+                    let case = Case::new(Coll::PreMulSum, dt, count, in_place, seed);
+                    tally.run(&world, case, Buffers::Fresh, Some(&premul));
                 }
             }
         }
@@ -183,75 +133,31 @@ fn premul_sum_host_and_device_scalars() {
 
 /// Buffers of hundreds of MiB, with counts that are not multiples of 16 bytes.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn collectives_large_buffers() {
     let n = gpus();
     let world = World::init_all(n);
     let mut tally = Tally::new();
-    let cases: Vec<(Coll, &data::Dtype, usize, bool)> = vec![
-        // 300 MiB + 12 bytes per rank.
-        (
-            Coll::AllReduce(Op::Sum),
-            &data::FLOAT32,
-            300 * MiB / 4 + 3,
-            false,
-        ),
-        (
-            Coll::AllReduce(Op::Sum),
-            &data::FLOAT32,
-            300 * MiB / 4 + 3,
-            true,
-        ),
-        (
-            Coll::AllReduce(Op::Max),
-            &data::BFLOAT16,
-            256 * MiB / 2 + 1,
-            true,
-        ),
-        (
-            Coll::AllReduce(Op::Sum),
-            &data::INT64,
-            128 * MiB / 8 + 1,
-            false,
-        ),
-        (
-            Coll::AllReduce(Op::Avg),
-            &data::FLOAT8E4M3,
-            200 * MiB + 5,
-            false,
-        ),
-        (
-            Coll::ReduceScatter(Op::Sum),
-            &data::FLOAT32,
-            128 * MiB / 4 + 1,
-            false,
-        ),
-        (Coll::AllGather, &data::UINT8, 160 * MiB + 7, true),
-        (
-            Coll::Broadcast(n - 1),
-            &data::FLOAT16,
-            200 * MiB / 2 + 3,
-            false,
-        ),
-        (
-            Coll::Reduce(Op::Sum, 0),
-            &data::FLOAT64,
-            128 * MiB / 8 + 3,
-            false,
-        ),
-        (Coll::AlltoAll, &data::INT32, 64 * MiB / 4 + 1, false),
-        (Coll::SendRecv, &data::FLOAT32, 256 * MiB / 4 + 1, false),
+    use data::{BFLOAT16, FLOAT16, FLOAT32, FLOAT64, FLOAT8E4M3, INT32, INT64, UINT8};
+    // (collective, type, MiB per rank, elements past them: never a multiple of 16 bytes, in place)
+    let cases = [
+        (Coll::AllReduce(Op::Sum), &FLOAT32, 300, 3, false),
+        (Coll::AllReduce(Op::Sum), &FLOAT32, 300, 3, true),
+        (Coll::AllReduce(Op::Max), &BFLOAT16, 256, 1, true),
+        (Coll::AllReduce(Op::Sum), &INT64, 128, 1, false),
+        (Coll::AllReduce(Op::Avg), &FLOAT8E4M3, 200, 5, false),
+        (Coll::ReduceScatter(Op::Sum), &FLOAT32, 128, 1, false),
+        (Coll::AllGather, &UINT8, 160, 7, true),
+        (Coll::Broadcast(n - 1), &FLOAT16, 200, 3, false),
+        (Coll::Reduce(Op::Sum, 0), &FLOAT64, 128, 3, false),
+        (Coll::AlltoAll, &INT32, 64, 1, false),
+        (Coll::SendRecv, &FLOAT32, 256, 1, false),
     ];
-    for (i, (coll, dt, count, in_place)) in cases.into_iter().enumerate() {
+    for (i, (coll, dt, mib, past, in_place)) in cases.into_iter().enumerate() {
+        let count = mib * MiB / dt.size + past;
         tally.case(
             &world,
-            coll,
-            dt,
-            count,
-            in_place,
-            4000 + i as u64,
-            Buffers::Fresh,
-            None,
+            Case::new(coll, dt, count, in_place, 4000 + i as u64),
         );
     }
     tally.finish("collectives_large_buffers");

@@ -4,7 +4,7 @@
 use metrale_gpu_sys::nccl::*;
 
 use crate::common::*;
-use crate::data::{self, Op};
+use crate::data;
 
 fn query(comm: NcclComm) -> (i32, i32, i32) {
     let (mut count, mut dev, mut rank) = (-1, -1, -1);
@@ -21,33 +21,19 @@ fn query(comm: NcclComm) -> (i32, i32, i32) {
 fn exercise(world: &World, tally: &mut Tally, label: &str, seed: u64) {
     for (i, count) in [1usize, 65_539].into_iter().enumerate() {
         let s = seed + 10 * i as u64;
-        let r1 = run_case(
-            world,
-            Coll::AllReduce(Op::Sum),
-            &data::FLOAT32,
-            count,
-            false,
-            s,
-            Buffers::Fresh,
-            None,
-        );
-        tally.record(&format!("{label}: AllReduce count {count}"), r1);
-        let r2 = run_case(
-            world,
-            Coll::AllGather,
-            &data::INT32,
-            count,
-            false,
-            s + 1,
-            Buffers::Fresh,
-            None,
-        );
-        tally.record(&format!("{label}: AllGather count {count}"), r2);
+        let cases = [
+            Case::new(Coll::AllReduce(Op::Sum), &data::FLOAT32, count, false, s),
+            Case::new(Coll::AllGather, &data::INT32, count, false, s + 1),
+        ];
+        for case in cases {
+            let result = run_case(world, case, Buffers::Fresh, None);
+            tally.record(&format!("{label}: {}", case.name()), result);
+        }
     }
 }
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn comm_queries_split_and_nocolor() {
     let n = gpus();
     let world = World::init_all(n);
@@ -55,13 +41,10 @@ fn comm_queries_split_and_nocolor() {
     for r in 0..n {
         let got = query(world.comms[r]);
         let want = (n as i32, r as i32, r as i32);
-        tally.record(
-            &format!("rank {r}: ncclCommCount/CuDevice/UserRank = {got:?}"),
-            if got == want {
-                Ok(())
-            } else {
-                Err(format!("expected {want:?}"))
-            },
+        tally.check_eq(
+            &format!("rank {r}: ncclCommCount/CuDevice/UserRank"),
+            got,
+            want,
         );
     }
 
@@ -85,13 +68,10 @@ fn comm_queries_split_and_nocolor() {
         for (pos, &r) in members.iter().enumerate() {
             let got = query(split[r]);
             let want = (members.len() as i32, r as i32, pos as i32);
-            tally.record(
-                &format!("color {color}, parent rank {r}: count/device/rank = {got:?}"),
-                if got == want {
-                    Ok(())
-                } else {
-                    Err(format!("expected {want:?}"))
-                },
+            tally.check_eq(
+                &format!("color {color}, parent rank {r}: count/device/rank"),
+                got,
+                want,
             );
         }
         let sub = World::from_comms(members.iter().map(|&r| split[r]).collect(), true);
@@ -122,13 +102,10 @@ fn comm_queries_split_and_nocolor() {
     for r in 0..n {
         let got = query(reversed[r]);
         let want = (n as i32, r as i32, (n - 1 - r) as i32);
-        tally.record(
-            &format!("reversed keys, parent rank {r}: count/device/rank = {got:?}"),
-            if got == want {
-                Ok(())
-            } else {
-                Err(format!("expected {want:?}"))
-            },
+        tally.check_eq(
+            &format!("reversed keys, parent rank {r}: count/device/rank"),
+            got,
+            want,
         );
         by_new_rank[n - 1 - r] = reversed[r];
     }
@@ -162,14 +139,10 @@ fn comm_queries_split_and_nocolor() {
             },
         );
     }
-    let got = query(nocolor[0]);
-    tally.record(
-        &format!("NOCOLOR: rank 0 alone, count/device/rank = {got:?}"),
-        if got == (1, 0, 0) {
-            Ok(())
-        } else {
-            Err("expected (1, 0, 0)".into())
-        },
+    tally.check_eq(
+        "NOCOLOR: rank 0 alone, count/device/rank",
+        query(nocolor[0]),
+        (1, 0, 0),
     );
     let alone = World::from_comms(vec![nocolor[0]], true);
     exercise(&alone, &mut tally, "NOCOLOR rank 0", 6400);
@@ -177,7 +150,7 @@ fn comm_queries_split_and_nocolor() {
 }
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn comm_shrink() {
     let n = gpus();
     let world = World::init_all(n);
@@ -203,14 +176,7 @@ fn comm_shrink() {
     for (r, &comm) in shrunk.iter().enumerate() {
         let got = query(comm);
         let want = ((n - 1) as i32, r as i32, r as i32);
-        tally.record(
-            &format!("shrunk rank {r}: count/device/rank = {got:?}"),
-            if got == want {
-                Ok(())
-            } else {
-                Err(format!("expected {want:?}"))
-            },
-        );
+        tally.check_eq(&format!("shrunk rank {r}: count/device/rank"), got, want);
     }
     let sub = World::from_comms(shrunk, true);
     exercise(&sub, &mut tally, "shrunk", 6600);
@@ -220,13 +186,13 @@ fn comm_shrink() {
 }
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn comm_finalize_then_destroy() {
     let n = gpus();
     let mut world = World::init_all(n);
     let mut tally = Tally::new();
     exercise(&world, &mut tally, "before finalize", 6800);
-    world.sync_all();
+    world.sync_all().expect("sync every stream");
     let comms = world.comms.clone();
     group("ncclCommFinalize", n, |r| {
         // SAFETY: a live, idle communicator, finalized once.
@@ -244,13 +210,13 @@ fn comm_finalize_then_destroy() {
 }
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn comm_abort() {
     let n = gpus();
     let mut world = World::init_all(n);
     let mut tally = Tally::new();
     exercise(&world, &mut tally, "before abort", 6900);
-    world.sync_all();
+    world.sync_all().expect("sync every stream");
     for (r, &c) in world.comms.iter().enumerate() {
         // SAFETY: a live communicator, aborted once (the world forgets it below).
         let res =
@@ -266,7 +232,7 @@ fn comm_abort() {
 
 /// `ncclGroupSimulateEnd` with NCCL_SIM_INFO_INITIALIZER: an estimate, and nothing runs.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn group_simulate_end() {
     let n = gpus();
     let world = World::init_all(n);
@@ -277,7 +243,7 @@ fn group_simulate_end() {
     for (r, b) in bufs.iter().enumerate() {
         b.fill(0, b.bytes, POISON, world.streams[r]);
     }
-    world.sync_all();
+    world.sync_all().expect("sync every stream");
     let mut sim = ncclSimInfo_t::default();
     let initial = sim.estimatedTime;
     // SAFETY: no arguments.
@@ -303,7 +269,7 @@ fn group_simulate_end() {
         "ncclGroupSimulateEnd",
     )
     .expect("simulate");
-    world.sync_all();
+    world.sync_all().expect("sync every stream");
     println!(
         "ncclGroupSimulateEnd: estimatedTime {} (initially {initial}) for a {} MiB all-reduce",
         sim.estimatedTime,

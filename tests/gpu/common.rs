@@ -1,56 +1,22 @@
-//! What every GPU test shares: the GPU count check, device buffers, a set of communicators with one
-//! stream each, and the collective runner that uploads random data, poisons the output, runs one
-//! collective on every rank and compares each rank's output with the host's answer.
+//! What every GPU test shares beyond the testkit (re-exported here): the stream and event helpers with
+//! the suite's handle contract, and the collective runner that uploads random data, poisons the output,
+//! runs one collective on every rank and compares each rank's output with the host's answer.
 
 use std::os::raw::c_void;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use metrale_gpu_sys::cuda::{self, CUdeviceptr, CUevent, CUstream, DriverApi};
+use metrale_gpu_sys::cuda::{CUevent, CUstream};
 use metrale_gpu_sys::nccl::*;
+pub use metrale_gpu_testkit::devbuf::DevBuf;
+pub use metrale_gpu_testkit::gpu::{api, gpus};
+pub use metrale_gpu_testkit::op::Op;
+pub use metrale_gpu_testkit::world::{group, group_with, wait_comms, World};
 
-use crate::data::{self, Dtype, Op, Rng};
-
-/// GPUs every test needs.
-pub const MIN_GPUS: usize = 2;
+use crate::data::{self, Dtype, Rng};
 
 /// The byte every output is filled with before a run: NaN in every floating type, so a value NCCL
 /// never wrote cannot pass a check.
 pub const POISON: u8 = 0xff;
-
-/// The driver, for the tests' own calls.
-pub fn api() -> &'static DriverApi {
-    cuda::driver("gpu test").expect("CUDA driver")
-}
-
-/// Fails the test unless this process may touch the GPUs (`NCCL_NVLS_ENABLE=0`: NVLink multicast is
-/// forbidden on the GPU host), the loaded libnccl is not older than the headers, and there are at least
-/// two GPUs. Returns the number of GPUs.
-pub fn gpus() -> usize {
-    match std::env::var("NCCL_NVLS_ENABLE") {
-        Ok(v) if v == "0" => {}
-        other => panic!(
-            "NCCL_NVLS_ENABLE must be 0 in every process that runs these tests (NVLink multicast is \
-             forbidden on the GPU host), found {other:?}: run them through ci/gpu"
-        ),
-    }
-    metrale_gpu_sys::version::check_library_version().expect("libnccl matching the headers");
-    let api = match cuda::driver("gpu test") {
-        Ok(api) => api,
-        Err(e) => panic!("needs {MIN_GPUS} GPUs, but the CUDA driver is unavailable: {e}"),
-    };
-    let mut count = 0;
-    // SAFETY: writes one int through a valid pointer.
-    check_cuda(
-        unsafe { api.cuDeviceGetCount(&mut count) },
-        "cuDeviceGetCount",
-    )
-    .expect("cuDeviceGetCount");
-    assert!(
-        count as usize >= MIN_GPUS,
-        "needs {MIN_GPUS} GPUs, found {count}"
-    );
-    count as usize
-}
 
 // Thin wrappers over the stream and event helpers. Every stream and event the tests pass was created
 // by create_stream / create_event and is destroyed only by its owner after its last use, which is the
@@ -84,352 +50,6 @@ pub fn drop_stream(stream: CUstream) -> Result<(), GpuError> {
 pub fn drop_event(event: CUevent) -> Result<(), GpuError> {
     // SAFETY: a live event, not used after this (see above).
     unsafe { destroy_event(event) }
-}
-
-/// Device memory from `cuMemAlloc` or from `ncclMemAlloc` (the crate's `nccl_mem_alloc`), freed on drop.
-pub struct DevBuf {
-    pub dev: i32,
-    pub ptr: CUdeviceptr,
-    pub bytes: usize,
-    from_nccl: bool,
-}
-
-impl DevBuf {
-    pub fn cuda(dev: i32, bytes: usize) -> DevBuf {
-        let api = cuda::use_device(dev, "DevBuf::cuda").expect("use_device");
-        let mut ptr: CUdeviceptr = 0;
-        // SAFETY: writes one device pointer; the device's context is current.
-        check_cuda(
-            unsafe { api.cuMemAlloc_v2(&mut ptr, bytes.max(1)) },
-            "cuMemAlloc",
-        )
-        .unwrap_or_else(|e| panic!("cuMemAlloc of {bytes} bytes on GPU {dev}: {e}"));
-        DevBuf {
-            dev,
-            ptr,
-            bytes,
-            from_nccl: false,
-        }
-    }
-
-    pub fn nccl(dev: i32, bytes: usize) -> DevBuf {
-        let ptr = nccl_mem_alloc(dev, bytes.max(1))
-            .unwrap_or_else(|e| panic!("nccl_mem_alloc of {bytes} bytes on GPU {dev}: {e}"));
-        DevBuf {
-            dev,
-            ptr: ptr as CUdeviceptr,
-            bytes,
-            from_nccl: true,
-        }
-    }
-
-    /// The address `offset` bytes in.
-    pub fn at(&self, offset: usize) -> *mut c_void {
-        assert!(
-            offset <= self.bytes,
-            "offset {offset} past {} bytes",
-            self.bytes
-        );
-        (self.ptr + offset as CUdeviceptr) as *mut c_void
-    }
-
-    /// Fills `len` bytes from `offset` with `byte`, queued on `stream`.
-    pub fn fill(&self, offset: usize, len: usize, byte: u8, stream: CUstream) {
-        assert!(offset + len <= self.bytes);
-        // SAFETY: the range lies inside the allocation; the stream is live.
-        check_cuda(
-            unsafe { api().cuMemsetD8Async(self.ptr + offset as u64, byte, len, stream) },
-            "cuMemsetD8Async",
-        )
-        .expect("poison");
-    }
-
-    /// Copies `data` to `offset`, queued on `stream` (the driver stages pageable memory before returning).
-    pub fn upload(&self, offset: usize, data: &[u8], stream: CUstream) {
-        assert!(offset + data.len() <= self.bytes);
-        if data.is_empty() {
-            return;
-        }
-        // SAFETY: reads data.len() bytes from `data`, writes inside the allocation; the stream is live.
-        check_cuda(
-            unsafe {
-                api().cuMemcpyHtoDAsync_v2(
-                    self.ptr + offset as u64,
-                    data.as_ptr().cast(),
-                    data.len(),
-                    stream,
-                )
-            },
-            "cuMemcpyHtoDAsync",
-        )
-        .expect("upload");
-    }
-
-    /// `len` bytes from `offset`, after all work queued on `stream` so far.
-    pub fn download(&self, offset: usize, len: usize, stream: CUstream) -> Vec<u8> {
-        assert!(offset + len <= self.bytes);
-        let mut host = vec![0u8; len];
-        if len > 0 {
-            // SAFETY: writes len bytes into `host`, reads inside the allocation; the stream is live.
-            check_cuda(
-                unsafe {
-                    api().cuMemcpyDtoHAsync_v2(
-                        host.as_mut_ptr().cast(),
-                        self.ptr + offset as u64,
-                        len,
-                        stream,
-                    )
-                },
-                "cuMemcpyDtoHAsync",
-            )
-            .expect("download");
-        }
-        sync(stream).expect("sync after download");
-        host
-    }
-}
-
-impl Drop for DevBuf {
-    fn drop(&mut self) {
-        let result = if self.from_nccl {
-            // SAFETY: from nccl_mem_alloc, freed once; its users synchronised before dropping it.
-            unsafe { nccl_mem_free(self.ptr as *mut c_void) }
-        } else {
-            cuda::use_device(self.dev, "DevBuf::drop").and_then(|api| {
-                // SAFETY: from cuMemAlloc, freed once; its users synchronised before dropping it.
-                check_cuda(unsafe { api.cuMemFree_v2(self.ptr) }, "cuMemFree")
-            })
-        };
-        if let Err(e) = result {
-            eprintln!(
-                "warning: freeing {} bytes on GPU {}: {e}",
-                self.bytes, self.dev
-            );
-        }
-    }
-}
-
-/// One communicator per rank, all driven by this thread, each with a stream of its device.
-pub struct World {
-    pub comms: Vec<NcclComm>,
-    pub devs: Vec<i32>,
-    pub streams: Vec<CUstream>,
-    /// `false` for communicators made with `blocking = 0`: calls may return `ncclInProgress`.
-    pub blocking: bool,
-    /// How often a call or group returned `ncclInProgress` (non-blocking communicators).
-    pub in_progress_seen: std::cell::Cell<usize>,
-}
-
-impl World {
-    /// `ncclCommInitAll` over GPUs 0..n.
-    pub fn init_all(n: usize) -> World {
-        let devs: Vec<i32> = (0..n as i32).collect();
-        let mut comms = vec![std::ptr::null_mut(); n];
-        // SAFETY: comms has room for n handles; devs lists n ordinals.
-        check_nccl(
-            unsafe { ncclCommInitAll(comms.as_mut_ptr(), n as i32, devs.as_ptr()) },
-            "ncclCommInitAll",
-        )
-        .expect("ncclCommInitAll");
-        World::from_comms(comms, true)
-    }
-
-    /// `ncclCommInitRank` for each GPU 0..n from this thread, inside `ncclGroupStart/End`.
-    pub fn init_rank_group(n: usize) -> World {
-        let id = NcclUniqueId::new().expect("ncclGetUniqueId");
-        let mut comms = vec![std::ptr::null_mut(); n];
-        group("ncclCommInitRank", n, |r| {
-            cuda::use_device(r as i32, "init").expect("use_device");
-            // SAFETY: writes one handle; rank r of n on the current device r.
-            unsafe { ncclCommInitRank(&mut comms[r], n as i32, id, r as i32) }
-        })
-        .expect("ncclCommInitRank in a group");
-        World::from_comms(comms, true)
-    }
-
-    /// `ncclCommInitRankConfig` for each GPU 0..n inside a group, with `config(rank)`. For a
-    /// non-blocking config, waits until every communicator is ready by polling `ncclCommGetAsyncError`.
-    /// Returns the world and what `ncclGroupEnd` returned.
-    pub fn init_config(
-        n: usize,
-        mut config: impl FnMut(usize) -> NcclConfig,
-    ) -> Result<(World, NcclResult), GpuError> {
-        let id = NcclUniqueId::new()?;
-        let mut comms = vec![std::ptr::null_mut(); n];
-        let mut configs: Vec<NcclConfig> = (0..n).map(&mut config).collect();
-        let blocking = configs[0].blocking != 0;
-        // SAFETY: no arguments.
-        check_nccl(unsafe { ncclGroupStart() }, "ncclGroupStart")?;
-        let mut first_error = None;
-        for r in 0..n {
-            cuda::use_device(r as i32, "init").expect("use_device");
-            // SAFETY: writes one handle; the config lives until the group ends.
-            let res = unsafe {
-                ncclCommInitRankConfig(&mut comms[r], n as i32, id, r as i32, &mut configs[r])
-            };
-            if !(res == NcclResult::ncclSuccess || (!blocking && res == NcclResult::ncclInProgress))
-            {
-                first_error.get_or_insert(res);
-            }
-        }
-        // SAFETY: closes the group opened above.
-        let end = unsafe { ncclGroupEnd() };
-        if let Some(res) = first_error {
-            check_nccl(res, "ncclCommInitRankConfig")?;
-        }
-        if !(end == NcclResult::ncclSuccess || (!blocking && end == NcclResult::ncclInProgress)) {
-            check_nccl(end, "ncclGroupEnd after ncclCommInitRankConfig")?;
-        }
-        wait_comms(&comms, "ncclCommInitRankConfig")?;
-        Ok((World::from_comms(comms, blocking), end))
-    }
-
-    /// Takes over communicators made elsewhere (e.g. by a split): one new stream per rank, on the device
-    /// the communicator reports.
-    pub fn from_comms(comms: Vec<NcclComm>, blocking: bool) -> World {
-        let mut world = World {
-            devs: Vec::new(),
-            streams: Vec::new(),
-            comms,
-            blocking,
-            in_progress_seen: std::cell::Cell::new(0),
-        };
-        for r in 0..world.comms.len() {
-            let dev = world.device(r);
-            world.devs.push(dev);
-            world
-                .streams
-                .push(create_stream(dev).expect("create_stream"));
-        }
-        world
-    }
-
-    pub fn n(&self) -> usize {
-        self.comms.len()
-    }
-
-    /// `ncclCommCuDevice` of rank r.
-    pub fn device(&self, r: usize) -> i32 {
-        let mut dev = -1;
-        // SAFETY: a live communicator; writes one int.
-        check_nccl(
-            unsafe { ncclCommCuDevice(self.comms[r], &mut dev) },
-            "ncclCommCuDevice",
-        )
-        .expect("ncclCommCuDevice");
-        dev
-    }
-
-    /// For non-blocking communicators: polls `ncclCommGetAsyncError` until no rank is in progress.
-    pub fn wait_ready(&self, what: &str) -> Result<(), GpuError> {
-        wait_comms(&self.comms, what)
-    }
-
-    /// Calls `f(rank)` for every rank inside one `ncclGroupStart/End` and, for non-blocking
-    /// communicators, waits until the group's work is enqueued.
-    pub fn group(&self, what: &str, f: impl FnMut(usize) -> NcclResult) -> Result<(), GpuError> {
-        let blocking = self.blocking;
-        let end = group_with(what, self.n(), blocking, f)?;
-        if end == NcclResult::ncclInProgress {
-            self.in_progress_seen.set(self.in_progress_seen.get() + 1);
-            self.wait_ready(what)?;
-        }
-        Ok(())
-    }
-
-    pub fn sync_all(&self) {
-        for &s in &self.streams {
-            sync(s).expect("sync_stream");
-        }
-    }
-
-    /// Gives the communicators up without destroying them (a test finalized, destroyed or aborted them).
-    pub fn forget_comms(&mut self) {
-        self.comms.clear();
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        for &s in &self.streams {
-            if let Err(e) = sync(s) {
-                eprintln!("warning: sync before teardown: {e}");
-            }
-        }
-        for &comm in &self.comms {
-            // SAFETY: a communicator this world owns, idle, destroyed once.
-            if let Err(e) = check_nccl(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy") {
-                eprintln!("warning: {e}");
-            }
-        }
-        for &s in &self.streams {
-            if let Err(e) = drop_stream(s) {
-                eprintln!("warning: {e}");
-            }
-        }
-    }
-}
-
-/// Polls `ncclCommGetAsyncError` on every communicator until none is `ncclInProgress`; an error state
-/// is returned as the error.
-pub fn wait_comms(comms: &[NcclComm], what: &str) -> Result<(), GpuError> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    for &comm in comms {
-        loop {
-            let mut state = NcclResult::ncclInProgress;
-            check_nccl(
-                // SAFETY: a live communicator; writes one value.
-                unsafe { ncclCommGetAsyncError(comm, &mut state) },
-                "ncclCommGetAsyncError",
-            )?;
-            if state != NcclResult::ncclInProgress {
-                check_nccl(state, &format!("{what} (async state)"))?;
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{what}: still ncclInProgress after 120 s"
-            );
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-    Ok(())
-}
-
-/// `ncclGroupStart`, `f(r)` for r in 0..n, `ncclGroupEnd` (always, even after a failed call). Blocking:
-/// every status must be success. Non-blocking: `ncclInProgress` is accepted too. Returns ncclGroupEnd's.
-pub fn group_with(
-    what: &str,
-    n: usize,
-    blocking: bool,
-    mut f: impl FnMut(usize) -> NcclResult,
-) -> Result<NcclResult, GpuError> {
-    let ok = |res: NcclResult| {
-        res == NcclResult::ncclSuccess || (!blocking && res == NcclResult::ncclInProgress)
-    };
-    // SAFETY: no arguments.
-    check_nccl(unsafe { ncclGroupStart() }, "ncclGroupStart")?;
-    let mut first_error = None;
-    for r in 0..n {
-        let res = f(r);
-        if !ok(res) && first_error.is_none() {
-            first_error = Some((r, res));
-        }
-    }
-    // SAFETY: closes the group opened above.
-    let end = unsafe { ncclGroupEnd() };
-    if let Some((r, res)) = first_error {
-        check_nccl(res, &format!("{what} (rank {r})"))?;
-    }
-    if !ok(end) {
-        check_nccl(end, &format!("ncclGroupEnd after {what}"))?;
-    }
-    Ok(end)
-}
-
-/// A group over n ranks of blocking communicators.
-pub fn group(what: &str, n: usize, f: impl FnMut(usize) -> NcclResult) -> Result<(), GpuError> {
-    group_with(what, n, true, f).map(|_| ())
 }
 
 /// The collectives the runner knows.
@@ -520,19 +140,60 @@ pub struct PreMul {
     pub on_device: bool,
 }
 
-/// One collective on every rank of `world`: random input (seeded by `seed`), poisoned outputs, the
-/// call on every rank in one group, then every rank's defined output compared with the host's answer.
-#[allow(clippy::too_many_arguments)]
+/// One collective case: which collective, on what data (`count` as the call takes it, random input
+/// from `seed`), in place or not.
+#[derive(Clone, Copy)]
+pub struct Case<'a> {
+    pub coll: Coll,
+    pub dt: &'a Dtype,
+    pub count: usize,
+    pub in_place: bool,
+    pub seed: u64,
+}
+
+impl<'a> Case<'a> {
+    pub fn new(coll: Coll, dt: &'a Dtype, count: usize, in_place: bool, seed: u64) -> Case<'a> {
+        Case {
+            coll,
+            dt,
+            count,
+            in_place,
+            seed,
+        }
+    }
+
+    /// A name made of its parameters.
+    pub fn name(&self) -> String {
+        format!(
+            "{} {} count {} ({} bytes) {}",
+            self.coll.name(),
+            self.dt.name,
+            self.count,
+            self.count * self.dt.size,
+            if self.in_place {
+                "in place"
+            } else {
+                "out of place"
+            }
+        )
+    }
+}
+
+/// One collective on every rank of `world`: random input, poisoned outputs, the call on every rank in
+/// one group, then every rank's defined output compared with the host's answer.
 pub fn run_case(
     world: &World,
-    coll: Coll,
-    dt: &Dtype,
-    count: usize,
-    in_place: bool,
-    seed: u64,
+    case: Case,
     buffers: Buffers,
     premul: Option<&PreMul>,
 ) -> Result<(), String> {
+    let Case {
+        coll,
+        dt,
+        count,
+        in_place,
+        seed,
+    } = case;
     let n = world.n();
     let es = dt.size;
     let (in_elems, out_elems) = coll.sizes(n, count);
@@ -759,28 +420,24 @@ impl Tally {
         }
     }
 
-    /// Runs the case and records it under a name made of its parameters.
-    #[allow(clippy::too_many_arguments)]
-    pub fn case(
-        &mut self,
-        world: &World,
-        coll: Coll,
-        dt: &Dtype,
-        count: usize,
-        in_place: bool,
-        seed: u64,
-        buffers: Buffers,
-        premul: Option<&PreMul>,
-    ) {
-        let what = format!(
-            "{} {} count {count} ({} bytes) {}",
-            coll.name(),
-            dt.name,
-            count * dt.size,
-            if in_place { "in place" } else { "out of place" }
-        );
-        let result = run_case(world, coll, dt, count, in_place, seed, buffers, premul);
-        self.record(&what, result);
+    /// Records whether `got` is `want`.
+    pub fn check_eq<T: PartialEq + std::fmt::Debug>(&mut self, what: &str, got: T, want: T) {
+        let result = if got == want {
+            Ok(())
+        } else {
+            Err(format!("got {got:?}, expected {want:?}"))
+        };
+        self.record(what, result);
+    }
+
+    /// Runs the case on fresh buffers and records it under its name.
+    pub fn case(&mut self, world: &World, case: Case) {
+        self.run(world, case, Buffers::Fresh, None);
+    }
+
+    /// Runs the case with these buffers (and scalars) and records it under its name.
+    pub fn run(&mut self, world: &World, case: Case, buffers: Buffers, premul: Option<&PreMul>) {
+        self.record(&case.name(), run_case(world, case, buffers, premul));
     }
 
     pub fn finish(self, test: &str) {

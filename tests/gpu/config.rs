@@ -6,49 +6,27 @@ use std::time::Duration;
 use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
 
-use crate::children;
+use metrale_gpu_testkit::child;
+
 use crate::common::*;
-use crate::data::{self, Op};
+use crate::data;
 
 fn smoke_cases(world: &World, tally: &mut Tally, seed: u64) {
     for (i, count) in [1usize, 65_539, (4 << 20) + 1].into_iter().enumerate() {
         let s = seed + i as u64;
         let f32 = &data::FLOAT32;
-        tally.case(
-            world,
-            Coll::AllReduce(Op::Sum),
-            f32,
-            count,
-            false,
-            s,
-            Buffers::Fresh,
-            None,
-        );
-        tally.case(
-            world,
-            Coll::AllReduce(Op::Sum),
-            f32,
-            count,
-            true,
-            s + 100,
-            Buffers::Fresh,
-            None,
-        );
-        tally.case(
-            world,
-            Coll::AllGather,
-            &data::FLOAT16,
-            count,
-            false,
-            s + 200,
-            Buffers::Fresh,
-            None,
-        );
+        for case in [
+            Case::new(Coll::AllReduce(Op::Sum), f32, count, false, s),
+            Case::new(Coll::AllReduce(Op::Sum), f32, count, true, s + 100),
+            Case::new(Coll::AllGather, &data::FLOAT16, count, false, s + 200),
+        ] {
+            tally.case(world, case);
+        }
     }
 }
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn config_default_init_rank_config() {
     let n = gpus();
     let config = NcclConfig::default();
@@ -74,7 +52,7 @@ fn config_default_init_rank_config() {
 /// `blocking = 0`: init and collectives return `ncclInProgress` and complete by polling
 /// `ncclCommGetAsyncError`; finalize too.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn config_nonblocking_in_progress_polling() {
     let n = gpus();
     let (mut world, end) = World::init_config(n, |_| NcclConfig {
@@ -95,7 +73,7 @@ fn config_nonblocking_in_progress_polling() {
         "non-blocking collectives: {} of the groups returned ncclInProgress and were polled to completion",
         world.in_progress_seen.get()
     );
-    world.sync_all();
+    world.sync_all().expect("sync every stream");
     // Finalize is non-blocking too: in a group, then polled, then destroy.
     let comms = world.comms.clone();
     let fin = group_with("ncclCommFinalize", n, false, |r| {
@@ -127,16 +105,20 @@ const REPORTED: [(&str, &str); 6] = [
 /// commName, netName ("Socket"), minCTAs/maxCTAs, splitShare and CTAPolicy are accepted, and take
 /// effect where NCCL reports them (its INFO log, read from a child process started with NCCL_DEBUG=INFO).
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn config_fields_take_effect() {
     let n = gpus();
     let env = [
         ("NCCL_DEBUG", "INFO".to_string()),
         ("NCCL_DEBUG_SUBSYS", "INIT,ENV,NET".to_string()),
     ];
-    let child = children::spawn("config", 0, n, &env, None);
-    let done = children::wait_all(vec![child], Duration::from_secs(180));
-    children::expect_success("config child", &done);
+    let mut env = env.to_vec();
+    env.push((child::NRANKS, n.to_string()));
+    let done = child::wait_all(
+        vec![child::spawn("config", "config", &env)],
+        Duration::from_secs(180),
+    );
+    child::expect_success("config child", &done);
     let log = &done[0].output;
 
     let mut problems = Vec::new();
@@ -193,7 +175,7 @@ fn config_fields_take_effect() {
 
 /// The child of `config_fields_take_effect`: every GPU in one process, with the config set.
 pub fn config_child() {
-    let n: usize = children::var(children::NRANKS).parse().expect("rank count");
+    let n = child::number(child::NRANKS);
     let (world, _) = World::init_config(n, |_| NcclConfig {
         commName: c"metrale-gpu-config".as_ptr(),
         netName: c"Socket".as_ptr(),
@@ -232,7 +214,7 @@ pub fn config_child() {
 /// A config whose magic or size is wrong is refused with ncclInvalidArgument, before any
 /// communication (a 1-rank communicator, so that nothing could hang).
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn config_bad_magic_or_size_refused() {
     gpus();
     cuda::use_device(0, "config test").expect("use_device");
@@ -263,43 +245,29 @@ fn config_bad_magic_or_size_refused() {
         &mut NcclConfig::default(),
         NcclResult::ncclSuccess,
     );
-    let mut c = NcclConfig {
-        magic: 0xdead_beef,
-        ..NcclConfig::default()
+    let config = |edit: &dyn Fn(&mut NcclConfig)| {
+        let mut c = NcclConfig::default();
+        edit(&mut c);
+        c
     };
-    expect("magic 0xdeadbeef", &mut c, NcclResult::ncclInvalidArgument);
-    let mut c = NcclConfig {
-        magic: 0,
-        ..NcclConfig::default()
-    };
-    expect(
-        "magic 0 (a zeroed config)",
-        &mut c,
-        NcclResult::ncclInvalidArgument,
-    );
+    let mut refused = vec![
+        (
+            "magic 0xdeadbeef".to_string(),
+            config(&|c| c.magic = 0xdead_beef),
+        ),
+        ("magic 0 (a zeroed config)".into(), config(&|c| c.magic = 0)),
+        ("blocking 5".into(), config(&|c| c.blocking = 5)),
+    ];
+    // Sizes that stop before the magic (offset 8, 4 bytes): NCCL copies `size` bytes only.
     for size in [0, 8, 11] {
-        // Sizes that stop before the magic (offset 8, 4 bytes): NCCL copies `size` bytes only.
-        let mut c = NcclConfig {
-            size,
-            ..NcclConfig::default()
-        };
-        expect(
-            &format!("size {size}"),
-            &mut c,
-            NcclResult::ncclInvalidArgument,
-        );
+        refused.push((format!("size {size}"), config(&|c| c.size = size)));
     }
-    let mut c = NcclConfig {
-        blocking: 5,
-        ..NcclConfig::default()
-    };
-    expect("blocking 5", &mut c, NcclResult::ncclInvalidArgument);
+    for (what, mut c) in refused {
+        expect(&what, &mut c, NcclResult::ncclInvalidArgument);
+    }
     // A size larger than the struct is clamped by NCCL by design (a newer header's config): reported,
     // not required either way.
-    let mut c = NcclConfig {
-        size: std::mem::size_of::<NcclConfig>() + 64,
-        ..NcclConfig::default()
-    };
+    let mut c = config(&|c| c.size = std::mem::size_of::<NcclConfig>() + 64);
     try_init("size larger than ncclConfig_t (NCCL clamps it)", &mut c);
     assert!(failures.is_empty(), "{}", failures.join("; "));
 }

@@ -4,10 +4,10 @@ use metrale_gpu_sys::cuda::{self, CUgraph, CUgraphExec, CUstreamCaptureMode};
 use metrale_gpu_sys::nccl::*;
 
 use crate::common::*;
-use crate::data::{self, Op, Rng};
+use crate::data::{self, Rng};
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn cuda_graph_capture_and_replay() {
     let n = gpus();
     let world = World::init_all(n);
@@ -25,13 +25,7 @@ fn cuda_graph_capture_and_replay() {
     let mut tally = Tally::new();
     tally.case(
         &world,
-        Coll::AllReduce(Op::Sum),
-        dt,
-        1001,
-        false,
-        12_000,
-        Buffers::Fresh,
-        None,
+        Case::new(Coll::AllReduce(Op::Sum), dt, 1001, false, 12_000),
     );
 
     // Capture: every rank's stream, one group of all-reduces (send -> recv). Every capture begun is
@@ -118,7 +112,7 @@ fn cuda_graph_capture_and_replay() {
             )
             .expect("launch");
         }
-        world.sync_all();
+        world.sync_all().expect("sync every stream");
         let ins: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
         for r in 0..n {
             let got = recv[r].download(0, COUNT * 4, world.streams[r]);

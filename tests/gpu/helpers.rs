@@ -5,7 +5,7 @@ use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
 
 use crate::common::*;
-use crate::data::{self, Op, Rng};
+use crate::data::{self, Rng};
 
 const COUNT: usize = (256 << 20) / 4 + 3;
 
@@ -44,24 +44,16 @@ fn per_gpu(rank: usize, n: usize, id: NcclUniqueId) -> Result<Vec<String>, Strin
     y.fill(0, y.bytes, POISON, consumer);
     sync(consumer).map_err(|e| e.to_string())?;
 
+    // An all-reduce of x in place on the producer stream.
+    let all_reduce = |op: Op| {
+        // SAFETY: x holds COUNT floats on this device; the stream is this device's.
+        let res =
+            unsafe { ncclAllReduce(x.at(0), x.at(0), COUNT, dt.nccl, op.nccl(), comm, producer) };
+        check_nccl(res, "ncclAllReduce").map_err(|e| e.to_string())
+    };
     // Producer: upload, all-reduce in place; event; consumer waits for it, then copies x to y.
     x.upload(0, &inputs[rank], producer);
-    check_nccl(
-        // SAFETY: x holds COUNT floats on this device; the stream is this device's.
-        unsafe {
-            ncclAllReduce(
-                x.at(0),
-                x.at(0),
-                COUNT,
-                dt.nccl,
-                Op::Sum.nccl(),
-                comm,
-                producer,
-            )
-        },
-        "ncclAllReduce",
-    )
-    .map_err(|e| e.to_string())?;
+    all_reduce(Op::Sum)?;
     record(event, producer).map_err(|e| e.to_string())?;
     wait_event(consumer, event).map_err(|e| e.to_string())?;
     check_cuda(
@@ -82,22 +74,7 @@ fn per_gpu(rank: usize, n: usize, id: NcclUniqueId) -> Result<Vec<String>, Strin
 
     // stream_ready: false while 16 large all-reduces run, true after sync_stream.
     for _ in 0..16 {
-        check_nccl(
-            // SAFETY: as above.
-            unsafe {
-                ncclAllReduce(
-                    x.at(0),
-                    x.at(0),
-                    COUNT,
-                    dt.nccl,
-                    Op::Max.nccl(),
-                    comm,
-                    producer,
-                )
-            },
-            "ncclAllReduce",
-        )
-        .map_err(|e| e.to_string())?;
+        all_reduce(Op::Max)?;
     }
     let busy = ready(producer).map_err(|e| e.to_string())?;
     sync(producer).map_err(|e| e.to_string())?;
@@ -122,7 +99,7 @@ fn per_gpu(rank: usize, n: usize, id: NcclUniqueId) -> Result<Vec<String>, Strin
 }
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn helpers_streams_events_thread_per_gpu() {
     let n = gpus();
     let id = NcclUniqueId::new().expect("ncclGetUniqueId");

@@ -7,13 +7,13 @@ use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
 
 use crate::common::*;
-use crate::data::{self, Op};
+use crate::data;
 
 const MiB: usize = 1 << 20;
 const GiB: usize = 1 << 30;
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn nccl_mem_alloc_sizes() {
     let n = gpus();
     for dev in 0..n as i32 {
@@ -113,13 +113,9 @@ fn registered_cases(
         (Coll::SendRecv, f32, cap / 4 - 1, false),
     ];
     for (i, (coll, dt, count, in_place)) in cases.into_iter().enumerate() {
-        tally.case(
+        tally.run(
             world,
-            coll,
-            dt,
-            count,
-            in_place,
-            seed + i as u64,
+            Case::new(coll, dt, count, in_place, seed + i as u64),
             Buffers::Given(given),
             None,
         );
@@ -127,7 +123,7 @@ fn registered_cases(
 }
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn registered_buffers_in_collectives() {
     let n = gpus();
     let world = World::init_all(n);
@@ -149,7 +145,7 @@ fn registered_buffers_in_collectives() {
     let given: Vec<(&DevBuf, &DevBuf)> = bufs.iter().map(|(a, b)| (a, b)).collect();
     let mut tally = Tally::new();
     registered_cases(&world, &mut tally, &given, cap, 8000);
-    world.sync_all();
+    world.sync_all().expect("sync every stream");
     for (i, &handle) in handles.iter().enumerate() {
         // SAFETY: a handle from ncclCommRegister on this rank's communicator, deregistered once.
         let res = check_nccl(
@@ -165,7 +161,7 @@ fn registered_buffers_in_collectives() {
 }
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
 fn window_registered_buffers_in_collectives() {
     let n = gpus();
     let world = World::init_all(n);
@@ -192,7 +188,7 @@ fn window_registered_buffers_in_collectives() {
     let given: Vec<(&DevBuf, &DevBuf)> = bufs.iter().map(|(a, b)| (a, b)).collect();
     let mut tally = Tally::new();
     registered_cases(&world, &mut tally, &given, cap, 8100);
-    world.sync_all();
+    world.sync_all().expect("sync every stream");
     for list in &windows {
         let res = group("ncclCommWindowDeregister", n, |r| {
             // SAFETY: a window from ncclCommWindowRegister on this communicator, deregistered once.

@@ -3,34 +3,21 @@
 //! send/recv against the host's answer (every rank rebuilds every rank's input from the seeds). Then
 //! again with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, so that NCCL uses its network transport.
 
-use std::io::Write;
 use std::time::Duration;
 
 use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
 
-use crate::children;
-use crate::common::*;
-use crate::data::{self, Dtype, Op, Rng};
+use metrale_gpu_testkit::child;
 
-/// The child: rank `METRALE_GPU_RANK` of `METRALE_GPU_NRANKS` on GPU `rank`.
+use crate::common::*;
+use crate::data::{self, Dtype, Rng};
+
+/// The child: rank `child::RANK` of `child::NRANKS` on GPU `rank`.
 pub fn mp_child() {
-    let rank: usize = children::var(children::RANK).parse().expect("rank");
-    let n: usize = children::var(children::NRANKS).parse().expect("nranks");
-    let id = if rank == 0 {
-        let id = NcclUniqueId::new().expect("ncclGetUniqueId");
-        println!(
-            "\n{}{}",
-            children::ID_LINE,
-            children::to_hex(&id.to_bytes())
-        );
-        std::io::stdout().flush().expect("flush stdout");
-        id
-    } else {
-        let bytes = children::from_hex(&children::var(children::UNIQUE_ID));
-        let bytes: [u8; NcclUniqueId::BYTES] = bytes.try_into().expect("a unique id of 128 bytes");
-        NcclUniqueId::from_bytes(bytes)
-    };
+    let rank = child::number(child::RANK);
+    let n = child::number(child::NRANKS);
+    let id = child::unique_id(rank);
     let dev = rank as i32;
     let stream = create_stream(dev).expect("create_stream");
     cuda::use_device(dev, "child").expect("use_device");
@@ -43,7 +30,7 @@ pub fn mp_child() {
     .expect("ncclCommInitRank in a child process");
     println!("rank {rank}: ncclCommInitRank done on GPU {dev}");
 
-    let mut failures = Vec::new();
+    let mut tally = Tally::new();
     let mut seed = 10_000;
     let inputs_of = |dt: &Dtype, seed: u64, elems: usize| -> Vec<Vec<u8>> {
         (0..n)
@@ -80,10 +67,8 @@ pub fn mp_child() {
         let got = dst.download(0, count * es, stream);
         let refs: Vec<&[u8]> = ins.iter().map(|v| v.as_slice()).collect();
         let v = data::check_reduce(dt, Op::Sum, &refs, &got);
-        report(
-            &mut failures,
-            rank,
-            &format!("all-reduce {} count {count}", dt.name),
+        tally.record(
+            &format!("rank {rank}: all-reduce {} count {count}", dt.name),
             v,
         );
 
@@ -96,10 +81,8 @@ pub fn mp_child() {
         let got = gathered.download(0, n * count * es, stream);
         let expected: Vec<u8> = ins.concat();
         let v = data::check_equal(dt, &expected, &got);
-        report(
-            &mut failures,
-            rank,
-            &format!("all-gather {} count {count}", dt.name),
+        tally.record(
+            &format!("rank {rank}: all-gather {} count {count}", dt.name),
             v,
         );
 
@@ -118,10 +101,8 @@ pub fn mp_child() {
         }
         let got = dst.download(0, count * es, stream);
         let v = data::check_equal(dt, &ins[prev as usize], &got);
-        report(
-            &mut failures,
-            rank,
-            &format!("send/recv {} count {count}", dt.name),
+        tally.record(
+            &format!("rank {rank}: send/recv {} count {count}", dt.name),
             v,
         );
     }
@@ -129,18 +110,7 @@ pub fn mp_child() {
     // SAFETY: idle communicator, destroyed once.
     check_nccl(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy").expect("destroy");
     drop_stream(stream).expect("destroy stream");
-    assert!(failures.is_empty(), "rank {rank}: {}", failures.join("; "));
-    println!("rank {rank}: MP CHILD OK");
-}
-
-fn report(failures: &mut Vec<String>, rank: usize, what: &str, v: Result<(), String>) {
-    match v {
-        Ok(()) => println!("rank {rank}: ok    {what}"),
-        Err(e) => {
-            println!("rank {rank}: FAIL  {what}: {e}");
-            failures.push(format!("{what}: {e}"));
-        }
-    }
+    tally.finish(&format!("rank {rank}"));
 }
 
 /// Lines of NCCL's log naming the transports of the connections ("... via P2P/IPC", "via NET/Socket/0").
@@ -156,42 +126,50 @@ fn transports(output: &str) -> Vec<String> {
     seen
 }
 
-#[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
-fn multi_process_one_gpu_each() {
+/// Runs one process per GPU with NCCL's INIT log (and `extra` variables); the transports NCCL chose
+/// for its connections, and the networks it used.
+fn run_processes(
+    what: &str,
+    subsystems: &str,
+    extra: &[(&str, &str)],
+) -> (Vec<String>, Vec<String>) {
     let n = gpus();
-    let env = [
+    let mut env = vec![
         ("NCCL_DEBUG", "INFO".to_string()),
-        ("NCCL_DEBUG_SUBSYS", "INIT".to_string()),
+        ("NCCL_DEBUG_SUBSYS", subsystems.to_string()),
     ];
-    let done = children::run_ranks("mp", n, &env, Duration::from_secs(240));
-    children::expect_success("multi-process", &done);
-    let t: Vec<String> = done.iter().flat_map(|f| transports(&f.output)).collect();
-    println!("transports NCCL chose: {t:?}");
-}
-
-#[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu"]
-fn multi_process_network_transport() {
-    let n = gpus();
-    let env = [
-        ("NCCL_P2P_DISABLE", "1".to_string()),
-        ("NCCL_SHM_DISABLE", "1".to_string()),
-        ("NCCL_DEBUG", "INFO".to_string()),
-        ("NCCL_DEBUG_SUBSYS", "INIT,NET".to_string()),
-    ];
-    let done = children::run_ranks("mp", n, &env, Duration::from_secs(300));
-    children::expect_success("multi-process over the network transport", &done);
-    let t: Vec<String> = done.iter().flat_map(|f| transports(&f.output)).collect();
-    let networks: Vec<&str> = done
+    env.extend(extra.iter().map(|&(k, v)| (k, v.to_string())));
+    let done = child::run_ranks("mp", n, &env, Duration::from_secs(300));
+    child::expect_success(what, &done);
+    let transports: Vec<String> = done.iter().flat_map(|f| transports(&f.output)).collect();
+    let networks: Vec<String> = done
         .iter()
         .flat_map(|f| {
             f.output
                 .lines()
                 .filter_map(|l| l.split("Using network ").nth(1))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
         })
         .collect();
-    println!("transports NCCL chose: {t:?}; networks: {networks:?}");
+    println!("{what}: transports NCCL chose: {transports:?}; networks: {networks:?}");
+    (transports, networks)
+}
+
+#[test]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
+fn multi_process_one_gpu_each() {
+    run_processes("multi-process", "INIT", &[]);
+}
+
+#[test]
+#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
+fn multi_process_network_transport() {
+    let (t, _) = run_processes(
+        "multi-process over the network transport",
+        "INIT,NET",
+        &[("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1")],
+    );
     assert!(
         !t.is_empty() && t.iter().all(|x| x.starts_with("NET/")),
         "with P2P and SHM disabled every connection must go through NET, NCCL logged {t:?}"

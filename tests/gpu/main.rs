@@ -1,36 +1,27 @@
 //! The GPU suite: every binding exercised on real GPUs, every result compared with values computed on
 //! the host. It needs 2 GPUs, so every GPU test is `#[ignore]`d: plain `cargo test` (CI, no GPU) skips
-//! them, and `ci/gpu` builds them and prints how to run them all on the GPU machine
-//! (`--ignored`). A GPU test that finds fewer than 2 GPUs fails and says so.
+//! them, and `ci/gpu-run.sh` runs them on a GPU machine (`--run-ignored only`). A GPU test that finds
+//! fewer than 2 GPUs fails and says so.
 //!
-//! The host-only parts (the fp16/bf16/fp8 decoders and the checks) are ordinary tests and run anywhere.
+//! The host-only parts (the data types and the checks) are ordinary tests and run anywhere.
 // MiB, GiB as constants; rank-indexed loops over parallel per-rank vectors.
 #![allow(non_upper_case_globals, clippy::needless_range_loop)]
 
-#[path = "gpu/children.rs"]
-mod children;
-#[path = "gpu/collectives.rs"]
 mod collectives;
-#[path = "gpu/comm_life.rs"]
 mod comm_life;
-#[path = "gpu/common.rs"]
 mod common;
-#[path = "gpu/config.rs"]
 mod config;
-#[path = "gpu/data.rs"]
 mod data;
-#[path = "gpu/graphs.rs"]
 mod graphs;
-#[path = "gpu/helpers.rs"]
 mod helpers;
-#[path = "gpu/memory.rs"]
 mod memory;
-#[path = "gpu/multiprocess.rs"]
 mod multiprocess;
+mod stale_copy;
 
 use metrale_gpu_sys::version::{self, NcclVersion};
+use metrale_gpu_testkit::child;
 
-/// The loaded libnccl against the headers. With `METRALE_EXPECT_NCCL=<version>` (ci/gpu-run.sh sets it
+/// The loaded libnccl against the headers. With `METRALE_EXPECT_NCCL=<version>` (the GPU runner sets it
 /// while it looks for the library on the GPU machine) the library must be exactly that version;
 /// otherwise it must not be older than the headers. Needs no GPU.
 #[test]
@@ -54,17 +45,14 @@ fn nccl_library_matches_headers() {
 }
 
 /// Not a test: the entry point of the child processes that the multi-process and config tests start
-/// (the test binary runs itself with `METRALE_GPU_CHILD` set). Run by hand, it does nothing.
+/// (the test binary runs itself with the role in its environment). Run by hand, it does nothing.
 #[test]
 #[ignore = "entry point of the child processes the GPU tests start; does nothing by itself"]
-fn child_process_entry() {
-    match std::env::var(children::SCENARIO).as_deref() {
-        Ok("mp") => multiprocess::mp_child(),
-        Ok("config") => config::config_child(),
-        Ok(other) => panic!("unknown child scenario {other:?}"),
-        Err(_) => println!(
-            "not a child process ({} unset): nothing to do",
-            children::SCENARIO
-        ),
+fn child_entry() {
+    match child::role().as_deref() {
+        Some("mp") => multiprocess::mp_child(),
+        Some("config") => config::config_child(),
+        Some(other) => panic!("unknown child role {other:?}"),
+        None => println!("not a child process ({} unset): nothing to do", child::ROLE),
     }
 }

@@ -1,0 +1,413 @@
+//! Who this process is in the job (its rank, the world size, its GPU on this host) and where rank 0
+//! listens, from the command line or from the variables a launcher sets.
+//!
+//! Sources, in this order (the first that is present gives the values):
+//!
+//! | source | rank | world size | local rank (GPU) |
+//! | --- | --- | --- | --- |
+//! | flags | `--rank` | `--world-size` | `--local-rank` |
+//! | torchrun | `RANK` | `WORLD_SIZE` | `LOCAL_RANK` |
+//! | Slurm (`srun`) | `SLURM_PROCID` | `SLURM_NTASKS` | `SLURM_LOCALID` |
+//! | Open MPI (`mpirun`) | `OMPI_COMM_WORLD_RANK` | `OMPI_COMM_WORLD_SIZE` | `OMPI_COMM_WORLD_LOCAL_RANK` |
+//! | PMI (MPICH, `srun --mpi=pmi2`) | `PMI_RANK` | `PMI_SIZE` | (none) |
+//!
+//! Flags are explicit and win outright (a flag not given falls back to the launchers). Between
+//! launchers nothing is guessed: when two launchers' variables are present and disagree on the rank, the
+//! world size or the local rank, that is an error naming both (`srun torchrun ...` is such a case: pass
+//! flags, or unset the outer launcher's variables). A launcher whose rank is set without its size (or the
+//! other way round) is an error too. The local rank defaults to 0 where the source has none (one GPU per
+//! host). Rank 0's address is `--master HOST:PORT`, else `MASTER_ADDR` and `MASTER_PORT` (default 29500),
+//! whatever the launcher: a Slurm batch script sets `MASTER_ADDR` from `scontrol show hostnames`, as it
+//! does for torchrun.
+
+use std::fmt;
+
+/// Where this process stands, and which source said so.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub rank: u32,
+    pub world_size: u32,
+    pub local_rank: u32,
+    /// `HOST:PORT` of rank 0's rendezvous.
+    pub master: String,
+    /// Where the rank and world size came from (`"flags"`, `"torchrun"`, `"Slurm"`, ...).
+    pub source: &'static str,
+}
+
+impl fmt::Display for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "rank {} of {}, local rank {} (from {}), rank 0 at {}",
+            self.rank, self.world_size, self.local_rank, self.source, self.master
+        )
+    }
+}
+
+/// A launcher's variables: its name, then rank, world size and local rank (if it has one).
+struct Launcher {
+    name: &'static str,
+    rank: &'static str,
+    size: &'static str,
+    local: Option<&'static str>,
+}
+
+/// The launchers, in the order they are consulted.
+const LAUNCHERS: [Launcher; 4] = [
+    Launcher {
+        name: "torchrun",
+        rank: "RANK",
+        size: "WORLD_SIZE",
+        local: Some("LOCAL_RANK"),
+    },
+    Launcher {
+        name: "Slurm",
+        rank: "SLURM_PROCID",
+        size: "SLURM_NTASKS",
+        local: Some("SLURM_LOCALID"),
+    },
+    Launcher {
+        name: "Open MPI",
+        rank: "OMPI_COMM_WORLD_RANK",
+        size: "OMPI_COMM_WORLD_SIZE",
+        local: Some("OMPI_COMM_WORLD_LOCAL_RANK"),
+    },
+    Launcher {
+        name: "PMI",
+        rank: "PMI_RANK",
+        size: "PMI_SIZE",
+        local: None,
+    },
+];
+
+/// What one source says: (rank, world size, local rank), each with the variable or flag it came from.
+struct Said {
+    source: &'static str,
+    rank: (u32, String),
+    size: (u32, String),
+    local: Option<(u32, String)>,
+}
+
+pub const USAGE: &str = "usage: multi_process [--rank R --world-size N --local-rank G --master HOST:PORT]\n\
+    (or the variables torchrun, srun or mpirun set: RANK/WORLD_SIZE/LOCAL_RANK, SLURM_PROCID/SLURM_NTASKS/\
+    SLURM_LOCALID, OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK, PMI_RANK/PMI_SIZE; with MASTER_ADDR and MASTER_PORT)";
+
+fn number(text: &str, name: &str) -> Result<u32, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("{name} is not a number: '{text}'"))
+}
+
+/// Where this process stands, from `args` (after the program name) and the environment `env`.
+pub fn placement(
+    args: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Placement, String> {
+    let mut flags = std::collections::HashMap::new();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        if !matches!(
+            flag.as_str(),
+            "--rank" | "--world-size" | "--local-rank" | "--master"
+        ) {
+            return Err(format!("unknown argument '{flag}'"));
+        }
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        flags.insert(flag.as_str(), value.clone());
+    }
+    let flag = |name: &str| -> Result<Option<(u32, String)>, String> {
+        flags
+            .get(name)
+            .map(|v| Ok((number(v, name)?, name.to_string())))
+            .transpose()
+    };
+
+    let mut said = Vec::new();
+    for l in &LAUNCHERS {
+        let var = |name: &'static str| -> Result<Option<(u32, String)>, String> {
+            env(name)
+                .map(|v| Ok((number(&v, name)?, format!("{name}={v}"))))
+                .transpose()
+        };
+        let (rank, size) = (var(l.rank)?, var(l.size)?);
+        let local = l.local.map(var).transpose()?.flatten();
+        match (rank, size) {
+            (Some(rank), Some(size)) => said.push(Said {
+                source: l.name,
+                rank,
+                size,
+                local,
+            }),
+            (None, None) => {}
+            (Some(_), None) => {
+                return Err(format!(
+                    "{}'s {} is set but {} is not",
+                    l.name, l.rank, l.size
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(format!(
+                    "{}'s {} is set but {} is not",
+                    l.name, l.size, l.rank
+                ))
+            }
+        }
+    }
+    // Two launchers that disagree: an error naming both, never a guess.
+    for (i, a) in said.iter().enumerate() {
+        for b in &said[i + 1..] {
+            let disagree = |x: &(u32, String), y: &(u32, String), what: &str| {
+                (x.0 != y.0).then(|| {
+                    format!(
+                        "two launchers disagree on the {what}: {} ({}) but {} ({}); pass --rank/--world-size/--local-rank, \
+                         or unset one launcher's variables",
+                        x.1, a.source, y.1, b.source
+                    )
+                })
+            };
+            let local = match (&a.local, &b.local) {
+                (Some(x), Some(y)) => disagree(x, y, "local rank"),
+                _ => None,
+            };
+            if let Some(e) = disagree(&a.rank, &b.rank, "rank")
+                .or_else(|| disagree(&a.size, &b.size, "world size"))
+                .or(local)
+            {
+                return Err(e);
+            }
+        }
+    }
+
+    let first = said.first();
+    let pick = |from_flag: Option<(u32, String)>, from_env: Option<&(u32, String)>| {
+        from_flag.map(|(v, _)| v).or(from_env.map(|(v, _)| *v))
+    };
+    let (rank_flag, size_flag) = (flag("--rank")?, flag("--world-size")?);
+    let source = match (&rank_flag, &size_flag, first) {
+        (Some(_), Some(_), _) | (_, _, None) => "flags",
+        (_, _, Some(s)) => s.source,
+    };
+    let rank = pick(rank_flag, first.map(|s| &s.rank))
+        .ok_or("no rank: pass --rank, or run under torchrun, srun or mpirun")?;
+    let world_size = pick(size_flag, first.map(|s| &s.size))
+        .ok_or("no world size: pass --world-size, or run under torchrun, srun or mpirun")?;
+    let local_rank = pick(
+        flag("--local-rank")?,
+        said.iter().find_map(|s| s.local.as_ref()),
+    )
+    .unwrap_or(0);
+    if world_size == 0 || rank >= world_size {
+        return Err(format!("rank {rank} is outside a world of {world_size}"));
+    }
+    let master = match flags.get("--master") {
+        Some(m) => m.clone(),
+        None => {
+            let addr = env("MASTER_ADDR").ok_or(
+                "missing --master HOST:PORT (or MASTER_ADDR): where rank 0 listens, the same for every rank",
+            )?;
+            let port = env("MASTER_PORT").unwrap_or_else(|| "29500".into());
+            number(&port, "MASTER_PORT")?;
+            format!("{addr}:{port}")
+        }
+    };
+    Ok(Placement {
+        rank,
+        world_size,
+        local_rank,
+        master,
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str], vars: &[(&str, &str)]) -> Result<Placement, String> {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let env = |name: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        };
+        placement(&args, &env)
+    }
+
+    const MASTER: (&str, &str) = ("MASTER_ADDR", "10.0.0.1");
+
+    /// A launcher's environment, as (variable, value) pairs.
+    type Vars<'a> = &'a [(&'a str, &'a str)];
+
+    #[test]
+    fn each_launcher_alone() {
+        let cases: [(Vars, &str, u32); 4] = [
+            (
+                &[("RANK", "3"), ("WORLD_SIZE", "8"), ("LOCAL_RANK", "1")],
+                "torchrun",
+                1,
+            ),
+            (
+                &[
+                    ("SLURM_PROCID", "3"),
+                    ("SLURM_NTASKS", "8"),
+                    ("SLURM_LOCALID", "1"),
+                ],
+                "Slurm",
+                1,
+            ),
+            (
+                &[
+                    ("OMPI_COMM_WORLD_RANK", "3"),
+                    ("OMPI_COMM_WORLD_SIZE", "8"),
+                    ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+                ],
+                "Open MPI",
+                1,
+            ),
+            (&[("PMI_RANK", "3"), ("PMI_SIZE", "8")], "PMI", 0),
+        ];
+        for (vars, source, local_rank) in cases {
+            let mut vars = vars.to_vec();
+            vars.push(MASTER);
+            let p = run(&[], &vars).unwrap_or_else(|e| panic!("{source}: {e}"));
+            assert_eq!(
+                p,
+                Placement {
+                    rank: 3,
+                    world_size: 8,
+                    local_rank,
+                    master: "10.0.0.1:29500".into(),
+                    source,
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn flags_win_and_master_port_is_read() {
+        let vars = [
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            MASTER,
+            ("MASTER_PORT", "1234"),
+        ];
+        let p = run(
+            &["--rank", "0", "--world-size", "4", "--local-rank", "2"],
+            &vars,
+        )
+        .unwrap();
+        assert_eq!(
+            (p.rank, p.world_size, p.local_rank, p.source),
+            (0, 4, 2, "flags")
+        );
+        assert_eq!(p.master, "10.0.0.1:1234");
+        let p = run(&["--master", "h:9"], &vars).unwrap();
+        assert_eq!(
+            (p.rank, p.world_size, p.source, p.master.as_str()),
+            (1, 2, "torchrun", "h:9")
+        );
+    }
+
+    #[test]
+    fn launchers_that_agree_are_fine_and_fill_each_others_gaps() {
+        // srun --mpi=pmi2 sets Slurm's and PMI's variables; mpirun under Slurm sets Open MPI's too.
+        let vars = [
+            ("SLURM_PROCID", "5"),
+            ("SLURM_NTASKS", "6"),
+            ("PMI_RANK", "5"),
+            ("PMI_SIZE", "6"),
+            ("OMPI_COMM_WORLD_RANK", "5"),
+            ("OMPI_COMM_WORLD_SIZE", "6"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+            MASTER,
+        ];
+        let p = run(&[], &vars).unwrap();
+        assert_eq!(
+            (p.rank, p.world_size, p.local_rank, p.source),
+            (5, 6, 1, "Slurm")
+        );
+    }
+
+    #[test]
+    fn launchers_that_disagree_are_an_error_naming_both() {
+        let cases: [(Vars, &str); 3] = [
+            (
+                &[
+                    ("RANK", "1"),
+                    ("WORLD_SIZE", "8"),
+                    ("SLURM_PROCID", "0"),
+                    ("SLURM_NTASKS", "8"),
+                ],
+                "disagree on the rank: RANK=1 (torchrun) but SLURM_PROCID=0 (Slurm)",
+            ),
+            (
+                &[
+                    ("OMPI_COMM_WORLD_RANK", "1"),
+                    ("OMPI_COMM_WORLD_SIZE", "2"),
+                    ("PMI_RANK", "1"),
+                    ("PMI_SIZE", "4"),
+                ],
+                "world size: OMPI_COMM_WORLD_SIZE=2 (Open MPI) but PMI_SIZE=4 (PMI)",
+            ),
+            (
+                &[
+                    ("RANK", "1"),
+                    ("WORLD_SIZE", "2"),
+                    ("LOCAL_RANK", "1"),
+                    ("SLURM_PROCID", "1"),
+                    ("SLURM_NTASKS", "2"),
+                    ("SLURM_LOCALID", "0"),
+                ],
+                "local rank: LOCAL_RANK=1 (torchrun) but SLURM_LOCALID=0 (Slurm)",
+            ),
+        ];
+        for (vars, want) in cases {
+            let mut vars = vars.to_vec();
+            vars.push(MASTER);
+            let err = run(&[], &vars).unwrap_err();
+            assert!(err.contains(want), "{err}");
+        }
+    }
+
+    #[test]
+    fn incomplete_or_wrong_input_says_what() {
+        let cases: [(&[&str], Vars, &str); 8] = [
+            (
+                &[],
+                &[("RANK", "1"), MASTER],
+                "torchrun's RANK is set but WORLD_SIZE is not",
+            ),
+            (
+                &[],
+                &[("PMI_SIZE", "2"), MASTER],
+                "PMI's PMI_SIZE is set but PMI_RANK is not",
+            ),
+            (
+                &[],
+                &[("SLURM_PROCID", "x"), ("SLURM_NTASKS", "2")],
+                "SLURM_PROCID is not a number: 'x'",
+            ),
+            (
+                &[],
+                &[MASTER],
+                "no rank: pass --rank, or run under torchrun, srun or mpirun",
+            ),
+            (
+                &["--rank", "2", "--world-size", "2"],
+                &[MASTER],
+                "rank 2 is outside a world of 2",
+            ),
+            (
+                &["--rank", "0", "--world-size", "2"],
+                &[],
+                "missing --master HOST:PORT",
+            ),
+            (&["--rank"], &[], "--rank needs a value"),
+            (&["-n", "2"], &[], "unknown argument '-n'"),
+        ];
+        for (args, vars, want) in cases {
+            let err = run(args, vars).unwrap_err();
+            assert!(err.contains(want), "{args:?} {vars:?}: {err}");
+        }
+    }
+}

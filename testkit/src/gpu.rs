@@ -1,0 +1,51 @@
+//! The preamble of every GPU test: the conditions it may run under, checked first.
+
+use metrale_gpu_sys::cuda::{self, DriverApi};
+use metrale_gpu_sys::nccl::check_cuda;
+
+/// GPUs every GPU test needs.
+pub const MIN_GPUS: usize = 2;
+
+/// The driver, for the tests' own calls.
+pub fn api() -> &'static DriverApi {
+    cuda::driver("gpu test").expect("CUDA driver")
+}
+
+/// Fails the test unless this process may touch the GPUs (`NCCL_NVLS_ENABLE=0`: NVLink multicast is
+/// forbidden on the project's GPU host, so the runner and every child process set it), the loaded
+/// libnccl is not older than the headers, and there are at least [`MIN_GPUS`] GPUs. Returns how many.
+pub fn gpus() -> usize {
+    match std::env::var("NCCL_NVLS_ENABLE") {
+        Ok(v) if v == "0" => {}
+        other => panic!(
+            "NCCL_NVLS_ENABLE must be 0 in every process that runs these tests (NVLink multicast is \
+             forbidden on the GPU host), found {other:?}: run them through ci/gpu-run.sh"
+        ),
+    }
+    metrale_gpu_sys::version::check_library_version().expect("libnccl not older than the headers");
+    let api = match cuda::driver("gpu test") {
+        Ok(api) => api,
+        Err(e) => panic!("needs {MIN_GPUS} GPUs, but the CUDA driver is unavailable: {e}"),
+    };
+    let mut count = 0;
+    // SAFETY: writes one int through a valid pointer.
+    check_cuda(
+        unsafe { api.cuDeviceGetCount(&mut count) },
+        "cuDeviceGetCount",
+    )
+    .expect("cuDeviceGetCount");
+    assert!(
+        count as usize >= MIN_GPUS,
+        "needs {MIN_GPUS} GPUs, found {count}"
+    );
+    count as usize
+}
+
+/// The marker of a measured figure in a test's output (a bound, a count): the GPU runner lists every
+/// such line in its summary.
+pub const MEASURED: &str = "MEASURED ";
+
+/// Prints `text` on a [`MEASURED`] line.
+pub fn measured(text: &str) {
+    println!("{MEASURED}{text}");
+}

@@ -1,0 +1,16 @@
+//! What metrale-gpu-sys's GPU suite (`tests/gpu/`) and fault suite (`tests/faults/`) share, and the
+//! benchmark's host-side number formats. Not published: it is test support, not API.
+//!
+//! - [`gpu`]: the preamble every GPU test runs first ([`gpu::gpus`]) and the driver table.
+//! - [`devbuf`]: device buffers whose copies are queued on the caller's stream.
+//! - [`world`]: one communicator and one stream per GPU, driven from one thread; groups and polling.
+//! - [`child`]: the test binary run again as a child process (a rank, a peer to kill, a crash to contain).
+//! - [`codec`]: fp16, bf16, fp8 e4m3 and e5m2 to and from `f64`, rounded as CUDA rounds.
+//! - [`op`]: NCCL's built-in reduction operations and their host-side reference.
+
+pub mod child;
+pub mod codec;
+pub mod devbuf;
+pub mod gpu;
+pub mod op;
+pub mod world;
