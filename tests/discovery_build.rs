@@ -38,16 +38,18 @@ fn copy_crate(to: &Path) {
         copy(&Path::new(REPO).join(entry), &to.join(entry));
     }
     let manifest = std::fs::read_to_string(Path::new(REPO).join("Cargo.toml")).expect("Cargo.toml");
+    // The copy is a workspace of its own (an empty `[workspace]`: no systest, testkit or bench), without the
+    // dev-dependencies that live in those members, as the published crate is.
     let mut kept = Vec::new();
-    let mut in_workspace = false;
+    let mut dropped = false;
     for line in manifest.lines() {
         if line.starts_with('[') {
-            in_workspace = line.trim() == "[workspace]";
-            if in_workspace {
-                kept.push(line); // empty: this copy is its own workspace, without systest
+            dropped = ["[workspace]", "[dev-dependencies]"].contains(&line.trim());
+            if line.trim() == "[workspace]" {
+                kept.push(line);
             }
         }
-        if !in_workspace {
+        if !dropped {
             kept.push(line);
         }
     }
