@@ -28,7 +28,7 @@ use metrale_gpu_sys::cuda::{
 use metrale_gpu_sys::nccl::*;
 use metrale_gpu_sys::version;
 
-use args::{Coll, Command, DType, Op, Options, Register};
+use args::{Coll, Command, DType, Options, Register};
 use coll::Counts;
 use data::{with_elem, Elem};
 use register::Handle;
@@ -194,16 +194,6 @@ fn nccl_dtype(t: DType) -> NcclDataType {
         DType::Float => NcclDataType::ncclFloat32,
         DType::Double => NcclDataType::ncclFloat64,
         DType::Bfloat16 => NcclDataType::ncclBfloat16,
-    }
-}
-
-fn nccl_op(op: Op) -> NcclRedOp {
-    match op {
-        Op::Sum => NcclRedOp::ncclSum,
-        Op::Prod => NcclRedOp::ncclProd,
-        Op::Max => NcclRedOp::ncclMax,
-        Op::Min => NcclRedOp::ncclMin,
-        Op::Avg => NcclRedOp::ncclAvg,
     }
 }
 
@@ -417,7 +407,7 @@ impl<'a> Bench<'a> {
             api,
             gpus,
             dtype: nccl_dtype(o.dtype),
-            op: nccl_op(o.op),
+            op: o.op.nccl(),
             elem: o.dtype.size(),
             buffer_bytes: bytes,
         })
