@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Side-by-side tables of the benchmark's three programs: perf (Rust, through metrale-gpu-sys), the C twin
-(nccl.h called directly) and NVIDIA's nccl-tests, from the log folder bench/run.sh fills, with the targets
-checked against them.
+"""Side-by-side tables of the benchmark's programs: perf (Rust, through metrale-gpu-sys), the C twin (nccl.h
+called directly) and, where run, NVIDIA's nccl-tests, from the log folder bench/run.sh fills, with the
+targets checked against them, and run.sh's notes (notes.md) under the verdicts.
 
 Log names: <phase>-<collective>-<mode>-r<round>-<program>.txt, program rust, c or nt (nccl-tests); phases
 small, large, colls (full: older runs); modes default, graph, reg, sym, symgraph (normal: older runs); and
@@ -109,25 +109,30 @@ def sort_key(key):
             order.index(mode) if mode in order else 9)
 
 
-def table(say, key, by_prog):
+def table(say, key, by_prog, present):
+    """One phase, collective and mode: a column group per program seen anywhere in the logs (`present`)."""
     phase, coll, mode = key
-    counts = ", ".join(f"{len(by_prog.get(p, []))} {LABEL[p]}" for p in PROGRAMS)
+    progs = [p for p in PROGRAMS if p in present]
+    refs = [p for p in progs if p != "rust"] if "rust" in progs else []
+    counts = ", ".join(f"{len(by_prog.get(p, []))} {LABEL[p]}" for p in progs)
     say(f"\n## {coll}, {MODES.get(mode, mode)} ({phase}: {counts} runs; medians over runs; out of place)\n")
-    say("| size | nccl-tests µs | C µs | Rust µs | Rust − nccl-tests µs | Rust − C µs | nccl-tests busbw "
-        "| C busbw | Rust busbw | Rust/nccl-tests busbw | #wrong nccl-tests/C/Rust |")
-    say("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    heads = ([f"{LABEL[p]} µs" for p in progs] + [f"Rust − {LABEL[r]} µs" for r in refs]
+             + [f"{LABEL[p]} busbw" for p in progs] + [f"Rust/{LABEL[r]} busbw" for r in refs]
+             + ["#wrong " + "/".join(LABEL[p] for p in progs)])
+    say("| size | " + " | ".join(heads) + " |")
+    say("| ---: |" + " ---: |" * len(heads))
     sizes = sorted(set().union(*(set(r) for rounds in by_prog.values() for r in rounds)))
     for s in sizes:
-        us = {p: column(by_prog.get(p, []), s, 0) for p in PROGRAMS}
-        bw = {p: column(by_prog.get(p, []), s, 1) for p in PROGRAMS}
-        diff = lambda a, b: None if us[a] is None or us[b] is None else us[a] - us[b]
-        ratio = None if not bw["nt"] or bw["rust"] is None else bw["rust"] / bw["nt"]
+        us = {p: column(by_prog.get(p, []), s, 0) for p in progs}
+        bw = {p: column(by_prog.get(p, []), s, 1) for p in progs}
+        diff = lambda r: None if us["rust"] is None or us[r] is None else us["rust"] - us[r]
+        ratio = lambda r: None if not bw[r] or bw["rust"] is None else bw["rust"] / bw[r]
         wrong = "/".join(
             str(sum((r[s][2] or 0) + (r[s][5] or 0) for r in by_prog.get(p, []) if s in r))
-            if by_prog.get(p) else "–" for p in PROGRAMS)
-        say(f"| {fmt_size(s)} | {num(us['nt'], '.2f')} | {num(us['c'], '.2f')} | {num(us['rust'], '.2f')} | "
-            f"{num(diff('rust', 'nt'), '+.2f')} | {num(diff('rust', 'c'), '+.2f')} | {num(bw['nt'], '.2f')} | "
-            f"{num(bw['c'], '.2f')} | {num(bw['rust'], '.2f')} | {num(ratio, '.3f')} | {wrong} |")
+            if by_prog.get(p) else "–" for p in progs)
+        cells = ([num(us[p], ".2f") for p in progs] + [num(diff(r), "+.2f") for r in refs]
+                 + [num(bw[p], ".2f") for p in progs] + [num(ratio(r), ".3f") for r in refs] + [wrong])
+        say(f"| {fmt_size(s)} | " + " | ".join(cells) + " |")
 
 
 def both_placements(by_prog, prog, size, us_or_bw):
@@ -239,7 +244,7 @@ def main():
     modes_summary(say, runs)
     present = {prog for by_prog in runs.values() for prog in by_prog}
     for key in sorted(runs, key=sort_key):
-        table(say, key, runs[key])
+        table(say, key, runs[key], present)
         verdicts += verdicts_for(key, runs[key], present)
     verdicts += helper_tables(say, helpers)
     for prog in PROGRAMS:
@@ -254,6 +259,12 @@ def main():
         verdicts.append(("measurements", "MISSING", f"no program output in {logs}"))
     head = ["## Verdicts\n", "| target | verdict | numbers |", "| --- | --- | --- |"]
     head += [f"| {what} | {v} | {detail} |" for what, v, detail in verdicts]
+    notes = os.path.join(logs, "notes.md")  # what run.sh says about this run (e.g. nccl-tests not given)
+    if os.path.exists(notes):
+        with open(notes, encoding="utf-8") as f:
+            lines = [line.rstrip() for line in f if line.strip()]
+        if lines:
+            head += ["", "Notes:", ""] + lines
     text = "\n".join(head + body) + "\n"
     with open(os.path.join(logs, "summary.md"), "w", encoding="utf-8") as f:
         f.write(text)

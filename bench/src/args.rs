@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+pub use metrale_gpu_testkit::op::Op;
+
 /// The collectives, by the names nccl-tests gives their binaries (without `_perf`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Coll {
@@ -113,30 +115,6 @@ impl DType {
             self,
             DType::Half | DType::Float | DType::Double | DType::Bfloat16
         )
-    }
-}
-
-/// The reduction operations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    Sum,
-    Prod,
-    Max,
-    Min,
-    Avg,
-}
-
-impl Op {
-    pub const ALL: [Op; 5] = [Op::Sum, Op::Prod, Op::Max, Op::Min, Op::Avg];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Sum => "sum",
-            Op::Prod => "prod",
-            Op::Max => "max",
-            Op::Min => "min",
-            Op::Avg => "avg",
-        }
     }
 }
 

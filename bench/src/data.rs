@@ -6,6 +6,8 @@
 //! (integer types wrap as the GPU does). Only `avg` on floating types rounds (NCCL multiplies each input by
 //! 1/n before summing), so it is compared within a tolerance.
 
+use metrale_gpu_testkit::codec::{BF16, FP16};
+
 use crate::args::{DType, Op};
 
 /// Period of the pattern reductions use: rank r's element i is `(3i + 7r) mod 13` (`prod`: 1 or 2).
@@ -96,132 +98,38 @@ pub struct F16(pub u16);
 #[repr(transparent)]
 pub struct Bf16(pub u16);
 
-/// f32 to half, rounding to nearest even (normals, subnormals, infinities, NaN).
-pub fn f32_to_f16(value: f32) -> u16 {
-    let x = value.to_bits();
-    let sign = ((x >> 16) & 0x8000) as u16;
-    let exp = ((x >> 23) & 0xff) as i32;
-    let mant = x & 0x7f_ffff;
-    if exp == 0xff {
-        return sign | 0x7c00 | if mant != 0 { 0x200 } else { 0 };
-    }
-    let e = exp - 127 + 15;
-    if e >= 0x1f {
-        return sign | 0x7c00;
-    }
-    if e <= 0 {
-        if e < -10 {
-            return sign;
+/// A 16-bit floating type, by its bits, converted with the testkit's codec (to nearest, ties to even, as
+/// CUDA converts).
+macro_rules! narrow_elem {
+    ($($t:ident: $format:ident),*) => {$(
+        impl Elem for $t {
+            fn from_i64(v: i64) -> Self {
+                $t($format.encode(v as f64))
+            }
+            fn from_f64(v: f64) -> Self {
+                $t($format.encode(v))
+            }
+            fn to_f64(self) -> f64 {
+                $format.decode(self.0)
+            }
         }
-        let m = mant | 0x80_0000;
-        let shift = (14 - e) as u32;
-        let half = 1u32 << (shift - 1);
-        let rest = m & ((1u32 << shift) - 1);
-        let mut h = m >> shift;
-        if rest > half || (rest == half && (h & 1) == 1) {
-            h += 1;
-        }
-        return sign | h as u16;
-    }
-    let mut h = ((e as u32) << 10) | (mant >> 13);
-    let rest = mant & 0x1fff;
-    if rest > 0x1000 || (rest == 0x1000 && (h & 1) == 1) {
-        h += 1; // may carry into the exponent, up to infinity: correct
-    }
-    sign | h as u16
+    )*};
 }
-
-/// Half to f64, exactly.
-pub fn f16_to_f64(bits: u16) -> f64 {
-    let sign = if bits & 0x8000 != 0 { -1.0 } else { 1.0 };
-    let exp = ((bits >> 10) & 0x1f) as i32;
-    let mant = (bits & 0x3ff) as f64;
-    match exp {
-        0 => sign * mant * 2f64.powi(-24),
-        0x1f if mant == 0.0 => sign * f64::INFINITY,
-        0x1f => f64::NAN,
-        _ => sign * (1.0 + mant / 1024.0) * 2f64.powi(exp - 15),
-    }
-}
-
-/// f32 to bfloat16, rounding to nearest even.
-pub fn f32_to_bf16(value: f32) -> u16 {
-    let x = value.to_bits();
-    if value.is_nan() {
-        return ((x >> 16) | 0x40) as u16;
-    }
-    let round = 0x7fff + ((x >> 16) & 1);
-    (x.wrapping_add(round) >> 16) as u16
-}
-
-impl Elem for F16 {
-    fn from_i64(v: i64) -> Self {
-        F16(f32_to_f16(v as f32))
-    }
-    fn from_f64(v: f64) -> Self {
-        F16(f32_to_f16(v as f32))
-    }
-    fn to_f64(self) -> f64 {
-        f16_to_f64(self.0)
-    }
-}
-
-impl Elem for Bf16 {
-    fn from_i64(v: i64) -> Self {
-        Bf16(f32_to_bf16(v as f32))
-    }
-    fn from_f64(v: f64) -> Self {
-        Bf16(f32_to_bf16(v as f32))
-    }
-    fn to_f64(self) -> f64 {
-        f32::from_bits((self.0 as u32) << 16) as f64
-    }
-}
+narrow_elem!(F16: FP16, Bf16: BF16);
 
 /// Runs `$body` with `$t` bound to the host type of `$dtype`.
 macro_rules! with_elem {
     ($dtype:expr, $t:ident => $body:expr) => {
+        $crate::data::with_elem!(@arms $dtype, $t, $body;
+            Int8: i8, Uint8: u8, Int32: i32, Uint32: u32, Int64: i64, Uint64: u64,
+            Half: $crate::data::F16, Float: f32, Double: f64, Bfloat16: $crate::data::Bf16)
+    };
+    (@arms $dtype:expr, $t:ident, $body:expr; $($variant:ident: $host:ty),*) => {
         match $dtype {
-            $crate::args::DType::Int8 => {
-                type $t = i8;
+            $($crate::args::DType::$variant => {
+                type $t = $host;
                 $body
-            }
-            $crate::args::DType::Uint8 => {
-                type $t = u8;
-                $body
-            }
-            $crate::args::DType::Int32 => {
-                type $t = i32;
-                $body
-            }
-            $crate::args::DType::Uint32 => {
-                type $t = u32;
-                $body
-            }
-            $crate::args::DType::Int64 => {
-                type $t = i64;
-                $body
-            }
-            $crate::args::DType::Uint64 => {
-                type $t = u64;
-                $body
-            }
-            $crate::args::DType::Half => {
-                type $t = $crate::data::F16;
-                $body
-            }
-            $crate::args::DType::Float => {
-                type $t = f32;
-                $body
-            }
-            $crate::args::DType::Double => {
-                type $t = f64;
-                $body
-            }
-            $crate::args::DType::Bfloat16 => {
-                type $t = $crate::data::Bf16;
-                $body
-            }
+            })*
         }
     };
 }
@@ -318,4 +226,23 @@ pub fn tile<T: Copy>(table: &[T], len: usize) -> Vec<T> {
 /// The expected values in type T (exact wherever the tolerance is 0).
 pub fn typed<T: Elem>(expected: &Expected) -> Vec<T> {
     expected.values.iter().map(|&v| T::from_f64(v)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The narrow types carry their own format's bits (the GPU reads them as `__half` / `__nv_bfloat16`).
+    #[test]
+    fn narrow_types_hold_their_formats_bits() {
+        assert_eq!(F16::from_i64(1), F16(0x3c00));
+        assert_eq!(Bf16::from_i64(1), Bf16(0x3f80));
+        assert_eq!(F16::from_i64(-2).to_f64(), -2.0);
+        assert_eq!(Bf16::from_f64(3.140625).0, 0x4049);
+        // Every value of the patterns is exact in every type.
+        for v in 0..COPY_PERIOD as i64 {
+            assert_eq!(F16::from_i64(v).to_f64(), v as f64);
+            assert_eq!(Bf16::from_i64(v).to_f64(), v as f64, "bf16 {v}");
+        }
+    }
 }

@@ -2,8 +2,8 @@
 //! `reduce`, `alltoall` and `sendrecv` over the GPUs of one process, with nccl-tests' options, columns and
 //! bus-bandwidth formulas, a real check of every output element, and a CUDA-graph mode. `--helpers` times
 //! the crate's checked helpers instead. `c/perf_twin.c` is the same program in C, the reference this one
-//! is held to; `stage` builds both for a GPU host and `run.sh` runs them there beside NVIDIA's nccl-tests
-//! (README.md in this folder).
+//! is held to; `stage` stages both for a GPU host and `run.sh` runs them there, beside a build of
+//! NVIDIA's nccl-tests when given one (README.md in this folder).
 //!
 //! ```text
 //! cargo run --release -p metrale-gpu-bench -- all_reduce -b 8 -e 4G -f 4 -g 2 -w 5 -n 20
@@ -28,7 +28,7 @@ use metrale_gpu_sys::cuda::{
 use metrale_gpu_sys::nccl::*;
 use metrale_gpu_sys::version;
 
-use args::{Coll, Command, DType, Op, Options, Register};
+use args::{Coll, Command, DType, Options, Register};
 use coll::Counts;
 use data::{with_elem, Elem};
 use register::Handle;
@@ -194,16 +194,6 @@ fn nccl_dtype(t: DType) -> NcclDataType {
         DType::Float => NcclDataType::ncclFloat32,
         DType::Double => NcclDataType::ncclFloat64,
         DType::Bfloat16 => NcclDataType::ncclBfloat16,
-    }
-}
-
-fn nccl_op(op: Op) -> NcclRedOp {
-    match op {
-        Op::Sum => NcclRedOp::ncclSum,
-        Op::Prod => NcclRedOp::ncclProd,
-        Op::Max => NcclRedOp::ncclMax,
-        Op::Min => NcclRedOp::ncclMin,
-        Op::Avg => NcclRedOp::ncclAvg,
     }
 }
 
@@ -384,8 +374,9 @@ impl<'a> Bench<'a> {
                 registered: Vec::new(),
             });
             let g = &mut gpus.list[d as usize];
-            g.stream = create_stream(d)?; // makes device d current on this thread
-                                          // SAFETY: device d's context is current; each call writes one handle through a valid pointer.
+            // Makes device d current on this thread.
+            g.stream = create_stream(d)?;
+            // SAFETY: device d's context is current; each call writes one handle through a valid pointer.
             unsafe {
                 check_cuda(api.cuEventCreate(&mut g.start, 0), "cuEventCreate")?;
                 check_cuda(api.cuEventCreate(&mut g.stop, 0), "cuEventCreate")?;
@@ -417,7 +408,7 @@ impl<'a> Bench<'a> {
             api,
             gpus,
             dtype: nccl_dtype(o.dtype),
-            op: nccl_op(o.op),
+            op: o.op.nccl(),
             elem: o.dtype.size(),
             buffer_bytes: bytes,
         })
