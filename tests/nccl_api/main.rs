@@ -9,7 +9,6 @@
 // Built against older headers, the helpers only the 2.29 tests use are unused.
 #![cfg_attr(not(nccl_2_29), allow(dead_code))]
 
-mod children;
 mod debug_reset;
 mod scalable;
 mod support;
@@ -25,19 +24,18 @@ mod revoke;
 #[cfg(nccl_2_29)]
 mod suspend;
 
-/// Not a test: the entry point of the child processes the tests start (the binary runs itself with
-/// `METRALE_NCCL_API_CHILD` set). Run by hand, it does nothing.
+use metrale_gpu_testkit::child;
+
+/// Not a test: the entry point of the child processes the tests start (the test binary runs itself
+/// with the role in its environment). Run by hand, it does nothing.
 #[test]
 #[ignore = "entry point of the child processes the GPU tests start; does nothing by itself"]
-fn child_process_entry() {
-    match std::env::var(children::SCENARIO).as_deref() {
-        Ok("debug-reset") => debug_reset::child(),
+fn child_entry() {
+    match child::role().as_deref() {
+        Some("debug-reset") => debug_reset::child(),
         #[cfg(nccl_2_29)]
-        Ok("grow") => grow::child(),
-        Ok(other) => panic!("unknown child scenario {other:?}"),
-        Err(_) => println!(
-            "not a child process ({} unset): nothing to do",
-            children::SCENARIO
-        ),
+        Some("grow") => grow::child(),
+        Some(other) => panic!("unknown child role {other:?}"),
+        None => println!("not a child process ({} unset): nothing to do", child::ROLE),
     }
 }
