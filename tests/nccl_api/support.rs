@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use metrale_gpu_sys::nccl::*;
 use metrale_gpu_sys::watchdog::{WaitError, Watchdog};
 pub use metrale_gpu_testkit::devbuf::DevBuf;
-pub use metrale_gpu_testkit::gpu::{api, gpus, MIN_GPUS};
+pub use metrale_gpu_testkit::gpu::{gpus, MIN_GPUS};
 pub use metrale_gpu_testkit::world::World;
 
 /// The longest any init, grow or collective may take in these tests before they call it a hang.

@@ -10,6 +10,8 @@ use std::sync::Barrier;
 use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
 
+use metrale_gpu_testkit::gpu::api;
+
 use crate::support::*;
 
 const COUNT: usize = 1 << 22;
