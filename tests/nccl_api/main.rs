@@ -5,7 +5,9 @@
 //! (2.29+), and the elastic example (revoke, shrink, grow after a SIGKILL) five times in a row.
 //!
 //! Every GPU test needs 2 GPUs and `NCCL_NVLS_ENABLE=0`, so it is `#[ignore]`d: plain `cargo test` skips
-//! them; on the GPU host run `cargo test --release --test nccl_api -- --ignored --test-threads=1`.
+//! them. The GPU runner (`ci/gpu`, then `.gpu-build/run.sh` on the GPU host) runs them with the GPU and
+//! fault suites, the elastic test on the staged example (`METRALE_ELASTIC_BIN`); by hand:
+//! `cargo test --release --test nccl_api -- --ignored --test-threads=1`.
 // Built against older headers, the helpers only the 2.29 tests use are unused.
 #![cfg_attr(not(nccl_2_29), allow(dead_code))]
 
