@@ -12,8 +12,9 @@
 #          library: one built against newer headers must report the version skew (exit 2)
 #   multi  examples/multi_process, 2 processes (flags, torchrun's variables) over P2P and over sockets;
 #          under mpirun too when this host has Open MPI's
-#   tests  the GPU suite and the fault suite with cargo-nextest from the archive (ci/gpu-nextest.toml:
-#          one test at a time, each killed after 240 s); GPU_TESTS=<nextest filterset> picks some
+#   tests  the GPU, fault and NCCL API suites with cargo-nextest from the archive (ci/gpu-nextest.toml:
+#          one test at a time, each killed after 240 s); GPU_TESTS=<nextest filterset> picks some. The
+#          NCCL API suite's elastic test runs the staged examples/elastic (METRALE_ELASTIC_BIN)
 #   kill   the peer-kill test FAULTS_KILL_REPS times (default 1) over P2P and once over sockets, with a
 #          watchdog of FAULTS_KILL_WATCHDOG_S (default 10; NCCL never notices a dead peer over P2P, so each
 #          run lasts the whole deadline)
@@ -141,7 +142,7 @@ for run in "${runs[@]}"; do
 
     kill_test='test(=peers::peer_killed_mid_collective)'
     if [[ $steps == *" tests "* ]]; then
-        nextest "$out/suites.log" 3000 "(${GPU_TESTS:-all()}) and not $kill_test"
+        METRALE_ELASTIC_BIN=$build/elastic nextest "$out/suites.log" 3000 "(${GPU_TESTS:-all()}) and not $kill_test"
     fi
     if [[ $steps == *" kill "* ]]; then
         export METRALE_FAULT_WATCHDOG_S=${FAULTS_KILL_WATCHDOG_S:-10}

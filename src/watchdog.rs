@@ -20,6 +20,8 @@
 //!   communicators that gives up on all of them ([`Watchdog::wait_all`]: a process driving several GPUs),
 //!   and [`Watchdog::check`], which takes the status of a call on a non-blocking communicator and waits
 //!   until the communicator accepts the next call.
+//! - [`Watched`] and [`CommWork`]: what a wait polls, to compose with more (the elastic example also
+//!   watches its rendezvous for dead ranks).
 
 use std::time::{Duration, Instant};
 
@@ -321,13 +323,24 @@ fn for_others(
     first
 }
 
-/// A communicator and, optionally, a stream whose queued work on it is awaited.
-struct CommWork {
+/// A communicator and, optionally, a stream whose queued work on it is awaited: what the waits above
+/// poll, for a [`Watched`] of one's own that watches more (another source of failure, say) and hands
+/// the rest to it.
+pub struct CommWork {
     comm: ncclComm_t,
     stream: Option<CUstream>,
 }
 
 impl CommWork {
+    /// `comm`, and the work queued on `stream` when given.
+    ///
+    /// # Safety
+    /// As for [`Watchdog::wait_all`], for as long as it is polled or given up on: the handles are live
+    /// and used by no other thread meanwhile.
+    pub unsafe fn new(comm: ncclComm_t, stream: Option<CUstream>) -> CommWork {
+        CommWork { comm, stream }
+    }
+
     /// `ncclCommGetAsyncError`'s state, or the poll that the call's own failure means.
     fn state(&self) -> Result<ncclResult_t, Poll> {
         let mut state = ncclResult_t::ncclSuccess;

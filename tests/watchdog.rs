@@ -343,3 +343,49 @@ fn a_null_communicator_is_refused_not_aborted() {
     assert_eq!(*code, NcclResult::ncclInvalidArgument, "{err}");
     assert!(text.contains("invalid argument"), "{err}");
 }
+
+/// A `Watched` of one's own around the crate's `CommWork`: it fails the wait on its own news (here a
+/// flag; in the elastic example the rendezvous's dead ranks) and hands polls and give-ups to `CommWork`.
+struct Composed {
+    work: watchdog::CommWork,
+    news: Option<GpuError>,
+    aborts: u32,
+}
+
+impl Watched for Composed {
+    fn poll(&mut self) -> Poll {
+        match self.work.poll() {
+            Poll::Running => self.news.clone().map_or(Poll::Running, Poll::Failed),
+            other => other,
+        }
+    }
+    fn abort(&mut self) -> Result<(), GpuError> {
+        self.aborts += 1;
+        self.work.abort()
+    }
+    #[cfg(nccl_2_29)]
+    fn revoke(&mut self) -> Result<(), GpuError> {
+        self.work.revoke()
+    }
+    #[cfg(nccl_2_29)]
+    fn poll_revoked(&mut self) -> Poll {
+        self.work.poll_revoked()
+    }
+}
+
+#[test]
+fn comm_work_composes_into_a_watched_of_ones_own() {
+    // SAFETY: NULL is no communicator: NCCL refuses it (ncclInvalidArgument) and it is never aborted.
+    let work = unsafe { watchdog::CommWork::new(std::ptr::null_mut(), None) };
+    let mut composed = Composed {
+        work,
+        news: Some(nccl_error(NcclResult::ncclRemoteError)),
+        aborts: 0,
+    };
+    // The communicator's own answer comes first: NCCL refuses NULL, so nothing is given up on.
+    let err = Watchdog::abort_after(Duration::from_secs(5))
+        .wait(&mut [&mut composed], "composed")
+        .expect_err("NULL is no communicator");
+    assert!(matches!(err, WaitError::Refused { .. }), "{err:?}");
+    assert_eq!(composed.aborts, 0);
+}

@@ -1,21 +1,18 @@
-//! The NCCL side of the example: a non-blocking communicator (every wait is bounded), one checked
-//! all-reduce whose wait also listens to the rendezvous, the revoke and its quiescence, the shrink and
-//! the grow.
-// TODO(lead): once src/watchdog.rs has its revoke mode and its ncclInProgress helper, use them for
-// `wait_ready`, `revoke` and the wait in `Gpu::all_reduce`, which stand in for them here.
+//! The NCCL side of the example: non-blocking communicators (every wait is bounded by the crate's
+//! watchdog), one checked all-reduce whose wait also listens to the rendezvous and revokes on failure,
+//! the shrink and the grow.
 
 use std::os::raw::c_void;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use metrale_gpu_sys::cuda::{self, CUdeviceptr, CUstream};
 use metrale_gpu_sys::nccl::*;
+use metrale_gpu_sys::watchdog::{CommWork, GiveUp, Poll, WaitError, Watchdog, Watched};
 
 use crate::membership::Membership;
 
 /// Floats per all-reduce.
 pub const COUNT: usize = 1 << 18;
-/// The longest sleep between two polls: waits do not hold a core.
-const MAX_PAUSE: Duration = Duration::from_millis(2);
 
 /// Every communicator of the example: non-blocking, so that no call can hang the rank.
 pub fn config() -> NcclConfig {
@@ -26,13 +23,17 @@ pub fn config() -> NcclConfig {
     }
 }
 
-/// How a rank learnt that the collective will never finish.
+/// How a rank learnt that the collective will never finish; the communicator is revoked and quiescent.
 pub struct Lost {
     /// `rendezvous` (a member's connection closed), `nccl` (an error NCCL reported) or `timeout`.
     pub how: &'static str,
     pub detail: String,
-    /// From the start of the wait.
+    /// From the start of the all-reduce to the moment the watchdog gave up on it.
     pub waited: Duration,
+    /// That moment, in µs since the Unix epoch.
+    pub at_unix_us: u128,
+    /// From then until the communicator was quiescent and the stream drained (`ncclCommRevoke`).
+    pub revoked: Duration,
 }
 
 pub enum Outcome {
@@ -41,58 +42,17 @@ pub enum Outcome {
     Lost(Lost),
 }
 
-/// `ncclSuccess` or `ncclInProgress`; anything else is the error, with `ncclGetLastError`'s text.
-fn accepted(res: NcclResult, what: &str) -> Result<(), String> {
-    if res == NcclResult::ncclInProgress {
-        return Ok(());
-    }
-    check_nccl(res, what).map_err(|e| e.to_string())
-}
-
-/// `ncclCommGetAsyncError`: `Ok(None)` while in progress, `Ok(Some(Ok))` when ready, `Ok(Some(Err))`
-/// for the error the communicator reports.
-fn state(comm: NcclComm, what: &str) -> Result<Option<Result<(), String>>, String> {
-    let mut state = NcclResult::ncclInProgress;
-    // SAFETY: a live communicator; writes one status.
-    let res = unsafe { ncclCommGetAsyncError(comm, &mut state) };
-    check_nccl(res, "ncclCommGetAsyncError").map_err(|e| e.to_string())?;
-    Ok((state != NcclResult::ncclInProgress)
-        .then(|| check_nccl(state, what).map_err(|e| e.to_string())))
-}
-
-/// Polls `done` with backoff until it says yes (its value) or `limit` passes.
-fn poll<T>(
-    limit: Duration,
-    what: &str,
-    mut done: impl FnMut() -> Result<Option<T>, String>,
-) -> Result<T, String> {
-    let start = Instant::now();
-    let mut pause = Duration::from_micros(5);
-    loop {
-        if let Some(value) = done()? {
-            return Ok(value);
+/// A non-blocking call's status, then (`ncclInProgress`) its end within `limit`: the watchdog's check,
+/// which aborts `comm` if the call fails. A call that made no communicator fails with its own status.
+fn settle(res: NcclResult, comm: NcclComm, what: &str, limit: Duration) -> Result<(), String> {
+    if comm.is_null() {
+        if res != NcclResult::ncclInProgress {
+            check_nccl(res, what).map_err(|e| e.to_string())?;
         }
-        if start.elapsed() > limit {
-            return Err(format!("{what}: not done after {limit:?}"));
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(MAX_PAUSE);
+        return Err(format!("{what} returned no communicator"));
     }
-}
-
-/// Waits until the communicator leaves `ncclInProgress` (a non-blocking call finished).
-pub fn wait_ready(comm: NcclComm, what: &str, limit: Duration) -> Result<(), String> {
-    poll(limit, what, || state(comm, what)).and_then(|ready| ready)
-}
-
-/// Waits until the stream has run everything queued on it.
-fn wait_stream(stream: CUstream, what: &str, limit: Duration) -> Result<(), String> {
-    poll(limit, what, || {
-        // SAFETY: the rank's own live stream.
-        Ok(unsafe { stream_ready(stream) }
-            .map_err(|e| e.to_string())?
-            .then_some(()))
-    })
+    // SAFETY: the handle the call returned, used by this thread alone.
+    unsafe { Watchdog::abort_after(limit).check(res, comm, what) }.map_err(|e| e.to_string())
 }
 
 /// `ncclCommInitRankConfig`, waited for.
@@ -106,19 +66,8 @@ pub fn init(
     // SAFETY: writes one handle; the config is read during the call.
     let res =
         unsafe { ncclCommInitRankConfig(&mut comm, size as i32, id, rank as i32, &mut config()) };
-    accepted(res, "ncclCommInitRankConfig")?;
-    wait_ready(comm, "ncclCommInitRankConfig", limit)?;
+    settle(res, comm, "ncclCommInitRankConfig", limit)?;
     Ok(comm)
-}
-
-/// Stops whatever runs on `comm` (`ncclCommRevoke`), then waits until it is quiescent
-/// (`ncclCommGetAsyncError` leaves `ncclInProgress`) and the rank's stream has drained, within `limit`.
-pub fn revoke(comm: NcclComm, stream: CUstream, limit: Duration) -> Result<(), String> {
-    // SAFETY: a live communicator, revoked once.
-    let res = unsafe { ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT as i32) };
-    accepted(res, "ncclCommRevoke")?;
-    wait_ready(comm, "the revoked communicator", limit)?;
-    wait_stream(stream, "the stream after ncclCommRevoke", limit)
 }
 
 /// `ncclCommShrink` of the revoked `comm` without `dead`: the survivors' communicator.
@@ -137,13 +86,14 @@ pub fn shrink(comm: NcclComm, dead: &[usize], limit: Duration) -> Result<NcclCom
             NCCL_SHRINK_DEFAULT as i32,
         )
     };
-    accepted(res, "ncclCommShrink")?;
     // Non-blocking: the parent reports the shrink's progress; the new handle is set once it is done.
-    wait_ready(comm, "ncclCommShrink", limit)?;
-    if shrunk.is_null() {
-        return Err("ncclCommShrink finished without a communicator".into());
-    }
-    wait_ready(shrunk, "the shrunk communicator", limit)?;
+    settle(res, comm, "ncclCommShrink", limit)?;
+    settle(
+        NcclResult::ncclInProgress,
+        shrunk,
+        "the shrunk communicator",
+        limit,
+    )?;
     Ok(shrunk)
 }
 
@@ -160,11 +110,7 @@ pub fn grow(
     let id = id.map_or(std::ptr::null(), |id| id as *const NcclUniqueId);
     // SAFETY: the arguments nccl.h prescribes for this caller; id and config are read during the call.
     let res = unsafe { ncclCommGrow(comm, size as i32, id, rank, &mut grown, &mut config()) };
-    accepted(res, "ncclCommGrow")?;
-    if grown.is_null() {
-        return Err("ncclCommGrow returned no communicator".into());
-    }
-    wait_ready(grown, "ncclCommGrow", limit)?;
+    settle(res, grown, "ncclCommGrow", limit)?;
     Ok(grown)
 }
 
@@ -182,25 +128,122 @@ pub fn release(comm: NcclComm, abort: bool) -> Result<(), String> {
     check_nccl(res, what).map_err(|e| e.to_string())
 }
 
-/// Rank `rank`'s share of element `i` in round `round`: small integers, so every sum is exact.
-fn share(rank: usize, round: usize, i: usize) -> f32 {
-    ((rank + 1) * (1 + (i * 7 + round) % 97)) as f32
+/// Element `i` of round `round`: `factor` times a small integer, so that every sum is exact. Rank r
+/// contributes factor r + 1; the sum over `size` ranks has factor size (size + 1) / 2.
+fn value(factor: usize, round: usize, i: usize) -> f32 {
+    (factor * (1 + (i * 7 + round) % 97)) as f32
+}
+
+/// The all-reduce's wait: the communicator and stream (the crate's [`CommWork`]), then the
+/// rendezvous, whose news of a dead rank fails the wait at once. The watchdog revokes on failure; this
+/// notes when, and after the revoke waits for the stream to drain as well.
+struct Watch<'a> {
+    work: CommWork,
+    stream: CUstream,
+    who: &'a Membership,
+    /// The dead ranks, once the rendezvous reported them.
+    dead: Vec<usize>,
+    revoked_at: Option<Instant>,
+}
+
+impl Watched for Watch<'_> {
+    fn poll(&mut self) -> Poll {
+        // Completion first: a rank that finished its last round may exit before this poll sees it.
+        match self.work.poll() {
+            Poll::Running => {}
+            other => return other,
+        }
+        self.dead = self.who.dead();
+        if self.dead.is_empty() {
+            return Poll::Running;
+        }
+        Poll::Failed(GpuError::Nccl {
+            context: "the rendezvous (a member's connection closed)".into(),
+            code: NcclResult::ncclRemoteError,
+            text: format!("remote process exited: ranks {:?} died", self.dead),
+            last_error: None,
+        })
+    }
+
+    fn abort(&mut self) -> Result<(), GpuError> {
+        self.work.abort()
+    }
+
+    fn revoke(&mut self) -> Result<(), GpuError> {
+        self.revoked_at = Some(Instant::now());
+        self.work.revoke()
+    }
+
+    fn poll_revoked(&mut self) -> Poll {
+        match self.work.poll_revoked() {
+            // SAFETY: the rank's own live stream.
+            Poll::Done => match unsafe { stream_ready(self.stream) } {
+                Ok(true) => Poll::Done,
+                Ok(false) => Poll::Running,
+                Err(e) => Poll::Failed(e),
+            },
+            other => other,
+        }
+    }
+}
+
+impl Watch<'_> {
+    /// What a failed wait means: the all-reduce is lost and the communicator revoked, or (nothing was
+    /// revoked: NCCL refused the handle, a revoke failed, CUDA failed) the rank cannot go on.
+    fn lost(
+        &self,
+        error: WaitError,
+        start: Instant,
+        deadline: Duration,
+    ) -> Result<Outcome, String> {
+        let (how, detail) = match &error {
+            WaitError::Timeout {
+                gave_up: GiveUp::Revoke,
+                ..
+            } => (
+                "timeout",
+                format!("the all-reduce did not finish within {deadline:?}"),
+            ),
+            WaitError::Failed {
+                gave_up: GiveUp::Revoke,
+                ..
+            } if !self.dead.is_empty() => ("rendezvous", format!("ranks {:?} died", self.dead)),
+            WaitError::Failed {
+                gave_up: GiveUp::Revoke,
+                error: e,
+                ..
+            } if matches!(**e, GpuError::Nccl { .. }) => ("nccl", e.to_string()),
+            _ => return Err(error.to_string()),
+        };
+        // Revoked: the watchdog called `revoke` when it gave up.
+        let revoked_at = self.revoked_at.unwrap_or(start);
+        let revoked = revoked_at.elapsed();
+        Ok(Outcome::Lost(Lost {
+            how,
+            detail,
+            waited: revoked_at - start,
+            at_unix_us: unix_us() - revoked.as_micros(),
+            revoked,
+        }))
+    }
+}
+
+/// Now, in µs since the Unix epoch.
+pub fn unix_us() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0)
 }
 
 /// This process's GPU: its stream and the all-reduce buffer.
 pub struct Gpu {
-    pub stream: CUstream,
+    stream: CUstream,
     buf: CUdeviceptr,
     host: Vec<f32>,
 }
 
 impl Gpu {
-    /// Whether the stream has run everything queued on it.
-    fn idle(&self) -> Result<bool, String> {
-        // SAFETY: this struct's own live stream.
-        unsafe { stream_ready(self.stream) }.map_err(|e| e.to_string())
-    }
-
     pub fn new(device: i32) -> Result<Gpu, GpuError> {
         let stream = create_stream(device)?; // also makes the device current on this thread
         let mut buf: CUdeviceptr = 0;
@@ -215,9 +258,26 @@ impl Gpu {
         })
     }
 
+    /// Copies the host values into the device buffer (`to_device`) or back, queued on the stream.
+    fn copy(&mut self, to_device: bool) -> Result<(), String> {
+        let api = cuda::driver("elastic").map_err(|e| e.to_string())?;
+        let (host, bytes) = (self.host.as_mut_ptr(), COUNT * 4);
+        // SAFETY: both buffers hold COUNT floats; the copy is queued on the stream of the collective
+        // (never the legacy stream, which a non-blocking stream does not wait for), and from pageable
+        // memory the driver has staged the host values when an upload returns.
+        let res = unsafe {
+            if to_device {
+                api.cuMemcpyHtoDAsync_v2(self.buf, host.cast(), bytes, self.stream)
+            } else {
+                api.cuMemcpyDtoHAsync_v2(host.cast(), self.buf, bytes, self.stream)
+            }
+        };
+        check_cuda(res, "cuMemcpyAsync").map_err(|e| e.to_string())
+    }
+
     /// One all-reduce of round `round` as rank `rank` of `size`, checked against the host's sum. Gives
-    /// up (`Outcome::Lost`) when the rendezvous reports a dead rank, NCCL reports an error, or
-    /// `deadline` passes.
+    /// up (`Outcome::Lost`, the communicator revoked) when the rendezvous reports a dead rank, NCCL
+    /// reports an error, or `deadline` passes.
     pub fn all_reduce(
         &mut self,
         comm: NcclComm,
@@ -228,89 +288,43 @@ impl Gpu {
         deadline: Duration,
     ) -> Result<Outcome, String> {
         let start = Instant::now();
-        let lost = |how, detail: String| {
-            Ok(Outcome::Lost(Lost {
-                how,
-                detail,
-                waited: start.elapsed(),
-            }))
-        };
-        if !who.dead().is_empty() {
-            return lost("rendezvous", format!("ranks {:?} died", who.dead()));
+        for (i, v) in self.host.iter_mut().enumerate() {
+            *v = value(rank + 1, round, i);
         }
-        let api = cuda::driver("elastic").map_err(|e| e.to_string())?;
-        self.host
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, v)| *v = share(rank, round, i));
-        let ptr = self.buf as *mut c_void;
+        self.copy(true)?;
+        let (ptr, f32, sum) = (
+            self.buf as *mut c_void,
+            NcclDataType::ncclFloat32,
+            NcclRedOp::ncclSum,
+        );
         // SAFETY: the buffer holds COUNT floats on this communicator's device, the stream is that
         // device's; the upload is queued before the all-reduce on the same stream.
-        let res = unsafe {
-            check_cuda(
-                api.cuMemcpyHtoDAsync_v2(
-                    self.buf,
-                    self.host.as_ptr().cast(),
-                    COUNT * 4,
-                    self.stream,
-                ),
-                "cuMemcpyHtoDAsync",
-            )
-            .map_err(|e| e.to_string())?;
-            ncclAllReduce(
-                ptr,
-                ptr,
-                COUNT,
-                NcclDataType::ncclFloat32,
-                NcclRedOp::ncclSum,
-                comm,
-                self.stream,
-            )
+        let res = unsafe { ncclAllReduce(ptr, ptr, COUNT, f32, sum, comm, self.stream) };
+        let mut watch = Watch {
+            // SAFETY: the rank's live communicator and stream, used by this thread alone.
+            work: unsafe { CommWork::new(comm, Some(self.stream)) },
+            stream: self.stream,
+            who,
+            dead: Vec::new(),
+            revoked_at: None,
         };
-        if let Err(e) = accepted(res, "ncclAllReduce") {
-            return lost("nccl", e);
+        let dog = Watchdog::revoke_after(deadline);
+        let waited = dog
+            .check_on(res, &mut watch, "ncclAllReduce")
+            .and_then(|()| dog.wait(&mut [&mut watch], "the all-reduce"));
+        if let Err(e) = waited {
+            return watch.lost(e, start, deadline);
         }
-        let mut pause = Duration::from_micros(5);
-        loop {
-            // Completion first: a rank that finished its last round may exit before this poll sees it.
-            match state(comm, "the all-reduce")? {
-                Some(Err(e)) => return lost("nccl", e),
-                Some(Ok(())) if self.idle()? => break,
-                _ => {}
-            }
-            if !who.dead().is_empty() {
-                return lost("rendezvous", format!("ranks {:?} died", who.dead()));
-            }
-            if start.elapsed() > deadline {
-                return lost(
-                    "timeout",
-                    format!("the all-reduce did not finish within {deadline:?}"),
-                );
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(MAX_PAUSE);
-        }
-        // SAFETY: copies COUNT floats back after the all-reduce (same stream), then waits for them.
-        unsafe {
-            check_cuda(
-                api.cuMemcpyDtoHAsync_v2(
-                    self.host.as_mut_ptr().cast(),
-                    self.buf,
-                    COUNT * 4,
-                    self.stream,
-                ),
-                "cuMemcpyDtoHAsync",
-            )
-            .and_then(|()| sync_stream(self.stream))
-            .map_err(|e| e.to_string())?;
-        }
+        self.copy(false)?;
+        // SAFETY: the rank's own live stream.
+        unsafe { sync_stream(self.stream) }.map_err(|e| e.to_string())?;
         let factor = size * (size + 1) / 2;
-        match (0..COUNT).find(|&i| self.host[i] != (factor * (1 + (i * 7 + round) % 97)) as f32) {
+        match (0..COUNT).find(|&i| self.host[i] != value(factor, round, i)) {
             None => Ok(Outcome::Done),
             Some(i) => Err(format!(
                 "all-reduce round {round} over {size} ranks: element {i} is {}, expected {}",
                 self.host[i],
-                (factor * (1 + (i * 7 + round) % 97)) as f32
+                value(factor, round, i)
             )),
         }
     }

@@ -17,9 +17,11 @@
 //! One failure at a time: the survivors shrink and grow back before another death is handled.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+
+use metrale_gpu_testkit::launcher;
 
 type Shared<T> = Arc<(Mutex<T>, Condvar)>;
 
@@ -262,24 +264,7 @@ impl Client {
         timeout: Duration,
     ) -> Result<(BufReader<TcpStream>, String), String> {
         let deadline = Instant::now() + timeout;
-        let addrs: Vec<_> = master
-            .to_socket_addrs()
-            .map_err(|e| format!("cannot resolve --master '{master}': {e}"))?
-            .collect();
-        let mut conn = loop {
-            if let Some(c) = addrs
-                .iter()
-                .find_map(|a| TcpStream::connect_timeout(a, Duration::from_millis(500)).ok())
-            {
-                break c;
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "rank 0 did not answer at {master} within {timeout:?}"
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let mut conn = launcher::connect(master, timeout)?;
         conn.write_all(format!("{hello}\n").as_bytes())
             .map_err(|e| format!("{master}: {e}"))?;
         conn.set_read_timeout(Some(

@@ -2,7 +2,7 @@
 //! small TCP rendezvous, then every rank all-reduces and checks the sum.
 //!
 //! Rank, world size and GPU come from flags or from the launcher's variables: torchrun, Slurm's `srun`,
-//! Open MPI's `mpirun` or a PMI launcher (see `launcher.rs` for the order and the conflict rule); rank 0's
+//! Open MPI's `mpirun` or a PMI launcher (see the testkit's `launcher.rs` for the order and the conflict rule); rank 0's
 //! address from `--master` or `MASTER_ADDR`/`MASTER_PORT`.
 //!
 //! ```sh
@@ -18,7 +18,6 @@
 //! mpirun -np 8 -H 10.0.0.1:4,10.0.0.2:4 -x MASTER_ADDR=10.0.0.1 -x MASTER_PORT=29500 multi_process
 //! ```
 
-mod launcher;
 mod rendezvous;
 
 use std::process::ExitCode;
@@ -28,7 +27,7 @@ use metrale_gpu_sys::cuda::{self, CUdeviceptr};
 use metrale_gpu_sys::nccl::*;
 use metrale_gpu_sys::watchdog;
 
-use launcher::Placement;
+use metrale_gpu_testkit::launcher::{self, Placement};
 
 /// How long rank 0 waits for the others, and every rank for the collective.
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -39,7 +38,10 @@ fn main() -> ExitCode {
     let me = match launcher::placement(&args, &|name| std::env::var(name).ok()) {
         Ok(me) => me,
         Err(e) => {
-            eprintln!("multi_process: {e}\n{}", launcher::USAGE);
+            eprintln!(
+                "multi_process: {e}\nusage: multi_process {}",
+                launcher::USAGE
+            );
             return ExitCode::from(2);
         }
     };

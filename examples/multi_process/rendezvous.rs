@@ -6,8 +6,10 @@
 //! Wire format: the client sends `MGS1` and its rank (u32 LE); rank 0 answers `MGS1` and the id's bytes.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
+
+use metrale_gpu_testkit::launcher;
 
 const MAGIC: &[u8; 4] = b"MGS1";
 /// The id's size, `NCCL_UNIQUE_ID_BYTES`.
@@ -87,24 +89,7 @@ pub fn serve_on(
 /// may start later).
 pub fn fetch(addr: &str, rank: u32, timeout: Duration) -> Result<[u8; ID_BYTES], String> {
     let deadline = Instant::now() + timeout;
-    let target: Vec<SocketAddr> = addr
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve MASTER_ADDR:MASTER_PORT '{addr}': {e}"))?
-        .collect();
-    let mut stream = loop {
-        let attempt = target
-            .iter()
-            .find_map(|a| TcpStream::connect_timeout(a, Duration::from_millis(500)).ok());
-        match attempt {
-            Some(s) => break s,
-            None if Instant::now() >= deadline => {
-                return Err(format!(
-                    "rank {rank}: rank 0 did not answer at {addr} within {timeout:?}"
-                ))
-            }
-            None => std::thread::sleep(Duration::from_millis(50)),
-        }
-    };
+    let mut stream = launcher::connect(addr, timeout).map_err(|e| format!("rank {rank}: {e}"))?;
     stream
         .set_read_timeout(Some(remaining(deadline)?))
         .map_err(|e| e.to_string())?;

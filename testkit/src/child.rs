@@ -73,6 +73,12 @@ pub struct Child {
 
 /// Starts this test binary as `role`, with `env` added.
 pub fn spawn(name: &str, role: &str, env: &[(&str, String)]) -> Child {
+    start(name, command(role, env))
+}
+
+/// This test binary running [`ENTRY`] as `role`, with `env` added: for a child that needs more than
+/// [`spawn`] sets (a variable removed, say), started with [`start`].
+pub fn command(role: &str, env: &[(&str, String)]) -> Command {
     let exe = std::env::current_exe().expect("the test binary's path");
     let mut cmd = Command::new(exe);
     cmd.args([
@@ -82,18 +88,24 @@ pub fn spawn(name: &str, role: &str, env: &[(&str, String)]) -> Child {
         "--nocapture",
         "--test-threads=1",
     ])
-    .env(ROLE, role)
-    .env("NCCL_NVLS_ENABLE", "0")
-    .env("RUST_BACKTRACE", "1")
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    .env(ROLE, role);
     for (k, v) in env {
         cmd.env(k, v);
     }
+    cmd
+}
+
+/// Starts `cmd` (from [`command`], or another program such as an example) as the child `name`, with
+/// `NCCL_NVLS_ENABLE=0`, its output collected as for every child.
+pub fn start(name: &str, mut cmd: Command) -> Child {
+    cmd.env("NCCL_NVLS_ENABLE", "0")
+        .env("RUST_BACKTRACE", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut process = cmd
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot start child {name}: {e}"));
+        .unwrap_or_else(|e| panic!("cannot start child {name} ({cmd:?}): {e}"));
     let (tx, lines) = mpsc::channel();
     let log = Arc::new(Mutex::new(String::new()));
     let stdout = process.stdout.take().expect("piped stdout");

@@ -7,10 +7,13 @@
 //! - [`child`]: the test binary run again as a child process (a rank, a peer to kill, a crash to contain).
 //! - [`codec`]: fp16, bf16, fp8 e4m3 and e5m2 to and from `f64`, rounded as CUDA rounds.
 //! - [`op`]: NCCL's built-in reduction operations and their host-side reference.
+//! - [`launcher`]: the multi-process examples' placement (flags, torchrun, Slurm, Open MPI, PMI) and
+//!   their connection to rank 0.
 
 pub mod child;
 pub mod codec;
 pub mod devbuf;
 pub mod gpu;
+pub mod launcher;
 pub mod op;
 pub mod world;

@@ -62,8 +62,12 @@ pub enum Coll {
     Broadcast(usize),
     /// `ncclBcast`: in place by definition.
     Bcast(usize),
+    // ncclAlltoAll, ncclGather and ncclScatter came with NCCL 2.28.
+    #[cfg(nccl_2_28)]
     AlltoAll,
+    #[cfg(nccl_2_28)]
     Gather(usize),
+    #[cfg(nccl_2_28)]
     Scatter(usize),
     /// `ncclSend` to rank + 1 and `ncclRecv` from rank - 1, in one group.
     SendRecv,
@@ -78,7 +82,12 @@ impl Coll {
 
     /// Whether the runner has an in-place form of it.
     pub fn has_in_place(&self) -> bool {
-        !matches!(self, Coll::AlltoAll | Coll::SendRecv)
+        match self {
+            #[cfg(nccl_2_28)]
+            Coll::AlltoAll => false,
+            Coll::SendRecv => false,
+            _ => true,
+        }
     }
 
     pub fn has_out_of_place(&self) -> bool {
@@ -88,8 +97,13 @@ impl Coll {
     /// Elements of rank r's input and output, for `count` as the call takes it.
     fn sizes(&self, n: usize, count: usize) -> (usize, usize) {
         match self {
-            Coll::ReduceScatter(_) | Coll::Scatter(_) => (n * count, count),
-            Coll::AllGather | Coll::Gather(_) => (count, n * count),
+            Coll::ReduceScatter(_) => (n * count, count),
+            #[cfg(nccl_2_28)]
+            Coll::Scatter(_) => (n * count, count),
+            Coll::AllGather => (count, n * count),
+            #[cfg(nccl_2_28)]
+            Coll::Gather(_) => (count, n * count),
+            #[cfg(nccl_2_28)]
             Coll::AlltoAll => (n * count, n * count),
             _ => (count, count),
         }
@@ -100,10 +114,12 @@ impl Coll {
         match *self {
             Coll::ReduceScatter(_) => (n * count, 0, r * count),
             Coll::AllGather => (n * count, r * count, 0),
+            #[cfg(nccl_2_28)]
             Coll::Gather(root) if r == root => (n * count, root * count, 0),
-            Coll::Gather(_) => (n * count, 0, 0),
+            #[cfg(nccl_2_28)]
             Coll::Scatter(root) if r == root => (n * count, 0, root * count),
-            Coll::Scatter(_) => (n * count, 0, 0),
+            #[cfg(nccl_2_28)]
+            Coll::Gather(_) | Coll::Scatter(_) => (n * count, 0, 0),
             _ => (count, 0, 0),
         }
     }
@@ -112,7 +128,9 @@ impl Coll {
     /// uploaded, so that an in-place output stays poisoned until NCCL writes it.
     fn input_used(&self, r: usize) -> bool {
         match *self {
-            Coll::Broadcast(root) | Coll::Bcast(root) | Coll::Scatter(root) => r == root,
+            Coll::Broadcast(root) | Coll::Bcast(root) => r == root,
+            #[cfg(nccl_2_28)]
+            Coll::Scatter(root) => r == root,
             _ => true,
         }
     }
@@ -120,7 +138,9 @@ impl Coll {
     /// Whether rank r's output is defined (roots only for reduce and gather).
     fn output_defined(&self, r: usize) -> bool {
         match *self {
-            Coll::Reduce(_, root) | Coll::Gather(root) => r == root,
+            Coll::Reduce(_, root) => r == root,
+            #[cfg(nccl_2_28)]
+            Coll::Gather(root) => r == root,
             _ => true,
         }
     }
@@ -314,8 +334,11 @@ pub fn run_case(
                 Coll::AllGather => ncclAllGather(send, recv, count, t, comm, s),
                 Coll::Broadcast(root) => ncclBroadcast(send, recv, count, t, root as i32, comm, s),
                 Coll::Bcast(root) => ncclBcast(recv, count, t, root as i32, comm, s),
+                #[cfg(nccl_2_28)]
                 Coll::AlltoAll => ncclAlltoAll(send, recv, count, t, comm, s),
+                #[cfg(nccl_2_28)]
                 Coll::Gather(root) => ncclGather(send, recv, count, t, root as i32, comm, s),
+                #[cfg(nccl_2_28)]
                 Coll::Scatter(root) => ncclScatter(send, recv, count, t, root as i32, comm, s),
                 Coll::SendRecv => {
                     let next = ((r + 1) % n) as i32;
@@ -350,6 +373,11 @@ pub fn run_case(
         }
         let (_, _, output, out_off) = layout[r];
         let got = bufs[output].download(out_off, out_elems * es, world.streams[r]);
+        // Every rank's input, in rank order: an all-gather's output, and a gather's at the root.
+        let gathered = || {
+            let expected: Vec<u8> = (0..n).flat_map(|k| slice(k, 0, count).to_vec()).collect();
+            data::check_equal(dt, &expected, &got)
+        };
         let verdict = match coll {
             Coll::AllReduce(op) | Coll::Reduce(op, _) => {
                 let ins: Vec<&[u8]> = (0..n).map(|k| slice(k, 0, count)).collect();
@@ -364,19 +392,20 @@ pub fn run_case(
                 let scalars = &premul.expect("PreMulSum needs scalars").scalars;
                 data::check_premul_sum(dt, scalars, &ins, &got)
             }
-            Coll::AllGather | Coll::Gather(_) => {
-                let expected: Vec<u8> = (0..n).flat_map(|k| slice(k, 0, count).to_vec()).collect();
-                data::check_equal(dt, &expected, &got)
-            }
+            Coll::AllGather => gathered(),
+            #[cfg(nccl_2_28)]
+            Coll::Gather(_) => gathered(),
             Coll::Broadcast(root) | Coll::Bcast(root) => {
                 data::check_equal(dt, slice(root, 0, count), &got)
             }
+            #[cfg(nccl_2_28)]
             Coll::AlltoAll => {
                 let expected: Vec<u8> = (0..n)
                     .flat_map(|k| slice(k, r * count, count).to_vec())
                     .collect();
                 data::check_equal(dt, &expected, &got)
             }
+            #[cfg(nccl_2_28)]
             Coll::Scatter(root) => data::check_equal(dt, slice(root, r * count, count), &got),
             Coll::SendRecv => data::check_equal(dt, slice((r + n - 1) % n, 0, count), &got),
         };

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
 
-use crate::children::{self, spawn_child};
+use metrale_gpu_testkit::child;
+
 use crate::support::*;
 
 #[test]
@@ -19,19 +20,19 @@ fn reset_debug_init_makes_a_changed_nccl_debug_take_effect() {
     gpus();
     let log = std::env::temp_dir().join(format!("metrale-nccl-debug-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
-    let mut child = spawn_child(
-        "debug-reset child",
+    let mut cmd = child::command(
         "debug-reset",
         &[("NCCL_DEBUG_FILE", log.display().to_string())],
-        &["NCCL_DEBUG", "NCCL_DEBUG_SUBSYS"],
     );
-    child.expect_success(LIMIT);
+    cmd.env_remove("NCCL_DEBUG").env_remove("NCCL_DEBUG_SUBSYS");
+    let reset = child::start("debug-reset child", cmd);
+    child::expect_success("ncclResetDebugInit", &child::wait_all(vec![reset], LIMIT));
     let _ = std::fs::remove_file(&log);
 }
 
 /// The child: the three steps above on a one-rank communicator on GPU 0.
 pub fn child() {
-    let log = PathBuf::from(children::var("NCCL_DEBUG_FILE"));
+    let log = PathBuf::from(child::var("NCCL_DEBUG_FILE"));
     assert!(
         std::env::var_os("NCCL_DEBUG").is_none(),
         "the parent removes NCCL_DEBUG"

@@ -9,9 +9,11 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::children::{spawn, Proc};
+use metrale_gpu_testkit::child::{self, Child};
+
 use crate::support::gpus;
 
 const RUNS: usize = 5;
@@ -109,11 +111,14 @@ fn one_run(bin: &Path, run: usize) -> Result<Times, String> {
             .map(|s| s.to_string())
             .collect()
     };
-    let start =
-        |name: &str, role: &[&str]| spawn(&format!("run {run} {name}"), bin, &args(role), &[], &[]);
+    let start = |name: &str, role: &[&str]| {
+        let mut cmd = Command::new(bin);
+        cmd.args(args(role));
+        child::start(&format!("run {run} {name}"), cmd)
+    };
     let mut rank0 = start("rank 0", &["--rank", "0", "--local-rank", "0"]);
     let mut rank1 = start("rank 1", &["--rank", "1", "--local-rank", "1"]);
-    let mut joiner: Option<Proc> = None;
+    let mut joiner: Option<Child> = None;
     let result = (|| {
         rank1
             .wait_line("ELASTIC phase=steady", STEP_LIMIT)

@@ -5,7 +5,8 @@
 use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
 
-use crate::children::{self, spawn_child};
+use metrale_gpu_testkit::child;
+
 use crate::support::*;
 
 /// The child's environment: the grow id, as hex.
@@ -13,7 +14,7 @@ const GROW_ID: &str = "METRALE_NCCL_API_GROW_ID";
 const COUNT: usize = 1 << 20;
 const ROUNDS: usize = 3;
 
-/// A non-blocking config, so that every wait is bounded (`wait_ready`).
+/// A non-blocking config, so that every wait is bounded (the watchdog's).
 fn non_blocking() -> NcclConfig {
     NcclConfig {
         blocking: 0,
@@ -30,51 +31,49 @@ fn grow_adds_a_rank_from_a_new_process() {
     let mut one: NcclComm = std::ptr::null_mut();
     // SAFETY: writes one handle; the only rank, on the current device 0.
     let res = unsafe { ncclCommInitRankConfig(&mut one, 1, id, 0, &mut non_blocking()) };
-    accepted(res, "ncclCommInitRankConfig (1 rank)").expect("init");
-    wait_ready(one, "ncclCommInitRankConfig (1 rank)", LIMIT).expect("one-rank communicator");
-    let small = Rank::new(one);
-    small
-        .all_reduce(COUNT, 0)
-        .expect("all-reduce on the one-rank communicator");
+    // SAFETY: the handle the non-blocking init returned, used by this thread alone.
+    unsafe { WATCHDOG.check(res, one, "ncclCommInitRankConfig (1 rank)") }
+        .expect("one-rank communicator");
+    let mut small = World::from_comms(vec![one], false);
+    all_reduce(&mut small, COUNT, 0).expect("all-reduce on the one-rank communicator");
 
     let mut grow_id = NcclUniqueId::from_bytes([0; NcclUniqueId::BYTES]);
     // SAFETY: a live, idle communicator; writes one id.
     let res = unsafe { ncclCommGetUniqueId(one, &mut grow_id) };
     check_nccl(res, "ncclCommGetUniqueId").expect("a grow id");
-    let mut child = spawn_child(
+    let joiner = child::spawn(
         "grow child (new rank 1 on GPU 1)",
         "grow",
-        &[(GROW_ID, to_hex(&grow_id.to_bytes()))],
-        &[],
+        &[(GROW_ID, child::to_hex(&grow_id.to_bytes()))],
     );
     let mut grown: NcclComm = std::ptr::null_mut();
     // SAFETY: the existing root passes its communicator, the id it made and rank -1 (nccl.h); a NULL
     // config inherits the parent's (non-blocking).
     let res = unsafe { ncclCommGrow(one, 2, &grow_id, -1, &mut grown, std::ptr::null_mut()) };
-    let joined = accepted(res, "ncclCommGrow (existing rank 0)")
-        .and_then(|()| wait_ready(grown, "ncclCommGrow (existing rank 0)", LIMIT));
+    // SAFETY: the handle the non-blocking grow returned, used by this thread alone.
+    let joined = unsafe { WATCHDOG.check(res, grown, "ncclCommGrow (existing rank 0)") };
     if let Err(e) = joined {
-        child.dump();
+        joiner.dump();
         panic!("{e}");
     }
-    let big = Rank::new(grown);
+    let mut big = World::from_comms(vec![grown], false);
     assert_eq!(
-        big.rank_and_size(),
+        rank_and_size(grown),
         (0, 2),
         "rank 0's rank and size after the grow"
     );
     for round in 1..=ROUNDS {
-        big.all_reduce(COUNT, round)
-            .expect("all-reduce on the grown communicator");
+        all_reduce(&mut big, COUNT, round).expect("all-reduce on the grown communicator");
     }
     println!("ok    rank 0: {ROUNDS} all-reduces of {COUNT} floats on the grown communicator");
-    teardown(vec![big, small], true);
-    child.expect_success(LIMIT);
+    destroy(big);
+    destroy(small);
+    child::expect_success("ncclCommGrow", &child::wait_all(vec![joiner], LIMIT));
 }
 
 /// The child: rank 1 of the grown communicator, on GPU 1.
 pub fn child() {
-    let id = id_from_hex(&children::var(GROW_ID));
+    let id = id_from_hex(&child::var(GROW_ID));
     cuda::use_device(1, "grow child").expect("use_device");
     let mut comm: NcclComm = std::ptr::null_mut();
     // SAFETY: a new rank passes no communicator, the id and its rank (nccl.h); writes one handle.
@@ -88,14 +87,13 @@ pub fn child() {
             &mut non_blocking(),
         )
     };
-    accepted(res, "ncclCommGrow (new rank 1)").expect("grow");
-    wait_ready(comm, "ncclCommGrow (new rank 1)", LIMIT).expect("grown communicator");
-    let rank = Rank::new(comm);
-    assert_eq!(rank.rank_and_size(), (1, 2), "the new rank's rank and size");
+    // SAFETY: the handle the non-blocking grow returned, used by this thread alone.
+    unsafe { WATCHDOG.check(res, comm, "ncclCommGrow (new rank 1)") }.expect("grown communicator");
+    let mut rank = World::from_comms(vec![comm], false);
+    assert_eq!(rank_and_size(comm), (1, 2), "the new rank's rank and size");
     for round in 1..=ROUNDS {
-        rank.all_reduce(COUNT, round)
-            .expect("all-reduce on the grown communicator");
+        all_reduce(&mut rank, COUNT, round).expect("all-reduce on the grown communicator");
     }
-    teardown(vec![rank], true);
+    destroy(rank);
     println!("GROW CHILD OK");
 }

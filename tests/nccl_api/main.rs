@@ -5,11 +5,12 @@
 //! (2.29+), and the elastic example (revoke, shrink, grow after a SIGKILL) five times in a row.
 //!
 //! Every GPU test needs 2 GPUs and `NCCL_NVLS_ENABLE=0`, so it is `#[ignore]`d: plain `cargo test` skips
-//! them; on the GPU host run `cargo test --release --test nccl_api -- --ignored --test-threads=1`.
+//! them. The GPU runner (`ci/gpu`, then `.gpu-build/run.sh` on the GPU host) runs them with the GPU and
+//! fault suites, the elastic test on the staged example (`METRALE_ELASTIC_BIN`); by hand:
+//! `cargo test --release --test nccl_api -- --ignored --test-threads=1`.
 // Built against older headers, the helpers only the 2.29 tests use are unused.
 #![cfg_attr(not(nccl_2_29), allow(dead_code))]
 
-mod children;
 mod debug_reset;
 mod scalable;
 mod support;
@@ -25,19 +26,18 @@ mod revoke;
 #[cfg(nccl_2_29)]
 mod suspend;
 
-/// Not a test: the entry point of the child processes the tests start (the binary runs itself with
-/// `METRALE_NCCL_API_CHILD` set). Run by hand, it does nothing.
+use metrale_gpu_testkit::child;
+
+/// Not a test: the entry point of the child processes the tests start (the test binary runs itself
+/// with the role in its environment). Run by hand, it does nothing.
 #[test]
 #[ignore = "entry point of the child processes the GPU tests start; does nothing by itself"]
-fn child_process_entry() {
-    match std::env::var(children::SCENARIO).as_deref() {
-        Ok("debug-reset") => debug_reset::child(),
+fn child_entry() {
+    match child::role().as_deref() {
+        Some("debug-reset") => debug_reset::child(),
         #[cfg(nccl_2_29)]
-        Ok("grow") => grow::child(),
-        Ok(other) => panic!("unknown child scenario {other:?}"),
-        Err(_) => println!(
-            "not a child process ({} unset): nothing to do",
-            children::SCENARIO
-        ),
+        Some("grow") => grow::child(),
+        Some(other) => panic!("unknown child role {other:?}"),
+        None => println!("not a child process ({} unset): nothing to do", child::ROLE),
     }
 }

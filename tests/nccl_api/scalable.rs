@@ -4,6 +4,8 @@
 use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
 
+use metrale_gpu_testkit::world::group;
+
 use crate::support::*;
 
 #[test]
@@ -33,18 +35,18 @@ fn init_rank_scalable_with_two_ids_all_reduces() {
         }
     })
     .expect("ncclCommInitRankScalable with 2 unique ids on 2 GPUs");
-    let ranks: Vec<Rank> = comms.into_iter().map(Rank::new).collect();
-    for (r, rank) in ranks.iter().enumerate() {
+    let mut world = World::from_comms(comms, true);
+    for r in 0..n {
         assert_eq!(
-            rank.rank_and_size(),
+            rank_and_size(world.comms[r]),
             (r, n),
             "ncclCommUserRank / ncclCommCount"
         );
     }
     for (round, count) in [1, 1001, 1 << 22].into_iter().enumerate() {
-        all_reduce_group(&ranks, count, round)
+        all_reduce(&mut world, count, round)
             .unwrap_or_else(|e| panic!("all-reduce of {count} floats: {e}"));
         println!("ok    all-reduce of {count} floats on the scalable-init communicator");
     }
-    teardown(ranks, true);
+    destroy(world);
 }

@@ -10,6 +10,8 @@ use std::sync::Barrier;
 use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
 
+use metrale_gpu_testkit::gpu::api;
+
 use crate::support::*;
 
 const COUNT: usize = 1 << 22;
@@ -45,9 +47,20 @@ fn snapshot(comm: NcclComm) -> Result<Snapshot, String> {
     })
 }
 
+/// A rank's communicator and device, handed to the rank's own thread.
+#[derive(Clone, Copy)]
+struct Rank {
+    comm: NcclComm,
+    dev: i32,
+}
+
+// SAFETY: NCCL and the driver accept the handle from any thread; each rank's is used by its own thread
+// alone while the main thread waits for them all.
+unsafe impl Send for Rank {}
+
 /// One rank's thread: snapshots before, while suspended and after resuming. Every rank passes the
 /// same barriers, so each measures while every rank is in the same state.
-fn suspend_and_resume(rank: &Rank, barrier: &Barrier) -> Result<[Snapshot; 3], String> {
+fn suspend_and_resume(rank: Rank, barrier: &Barrier) -> Result<[Snapshot; 3], String> {
     cuda::use_device(rank.dev, "suspend test").map_err(|e| e.to_string())?;
     barrier.wait();
     let before = snapshot(rank.comm)?;
@@ -69,14 +82,16 @@ fn suspend_and_resume(rank: &Rank, barrier: &Barrier) -> Result<[Snapshot; 3], S
 #[ignore = "needs 2 GPUs"]
 fn suspend_releases_memory_and_resume_restores_it() {
     gpus();
-    let ranks = init_ranks(MIN_GPUS, true);
+    let mut world = init(true);
     // The first collective connects the ranks: NCCL's buffers exist from then on.
-    all_reduce_group(&ranks, COUNT, 0).expect("all-reduce before suspending");
-    let barrier = Barrier::new(ranks.len());
+    all_reduce(&mut world, COUNT, 0).expect("all-reduce before suspending");
+    let barrier = &Barrier::new(world.n());
+    let ranks = world.comms.iter().zip(&world.devs);
+    let ranks: Vec<Rank> = ranks.map(|(&comm, &dev)| Rank { comm, dev }).collect();
     let results: Vec<Result<[Snapshot; 3], String>> = std::thread::scope(|s| {
         let threads: Vec<_> = ranks
             .iter()
-            .map(|r| s.spawn(|| suspend_and_resume(r, &barrier)))
+            .map(|&r| s.spawn(move || suspend_and_resume(r, barrier)))
             .collect();
         threads
             .into_iter()
@@ -135,12 +150,12 @@ fn suspend_releases_memory_and_resume_restores_it() {
     }
     if failures.is_empty() {
         for round in 1..3 {
-            if let Err(e) = all_reduce_group(&ranks, COUNT, round) {
+            if let Err(e) = all_reduce(&mut world, COUNT, round) {
                 failures.push(format!("all-reduce after resuming: {e}"));
             }
         }
     }
-    teardown(ranks, true);
+    destroy(world);
     assert!(
         failures.is_empty(),
         "suspend/resume:\n{}",

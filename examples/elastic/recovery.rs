@@ -1,41 +1,14 @@
-//! Recovering without a restart: ranks all-reduce in a loop; when one dies, the survivors detect it,
-//! revoke the communicator, shrink it to the living ranks and go on; when a replacement arrives, they
-//! grow it back to full size.
-//!
-//! Launched like `multi_process`: `--rank R --world-size N --local-rank G --master HOST:PORT`, or the
-//! variables torchrun sets (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`). A
-//! replacement is started with `--join --local-rank G --master HOST:PORT`. `--deadline SECS` (default 5)
-//! bounds every collective and every recovery step; `--iters N` (default 100000) ends a run in which
-//! nobody dies.
-//!
-//! How a survivor learns who died: every process keeps its connection to rank 0's rendezvous open
-//! (see `elastic/membership.rs`); the kernel closes a dead process's sockets, rank 0 reads the end of
-//! the connection and tells every survivor the dead set. A survivor's wait on its all-reduce polls that
-//! set, `ncclCommGetAsyncError` and the stream, and gives up after the deadline if none of them moved.
-//! Rank 0 is the coordinator and must survive: in the demo another rank is killed.
-//!
-//! ```sh
-//! # two GPUs: 2 -> 1 -> 2 ranks
-//! elastic --rank 0 --world-size 2 --local-rank 0 --master 127.0.0.1:29500 &
-//! elastic --rank 1 --world-size 2 --local-rank 1 --master 127.0.0.1:29500 &
-//! sleep 10; kill -KILL %2                      # rank 0 shrinks to 1 rank
-//! elastic --join --local-rank 1 --master 127.0.0.1:29500   # and grows back to 2
-//! ```
-//!
-//! Every phase prints one line, `ELASTIC phase=… key=value …`, with its measured times.
+//! A rank's life: the steady all-reduce loop; when a rank dies, detect it, revoke, shrink to the living
+//! and check; then grow back when the replacements have joined. Each phase prints its `ELASTIC` line.
 
-#[path = "elastic/comm.rs"]
-mod comm;
-#[path = "elastic/membership.rs"]
-mod membership;
-
-use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use metrale_gpu_sys::nccl::*;
 
-use comm::{Gpu, Outcome};
-use membership::{Client, Coordinator, Membership};
+pub use crate::comm::Gpu;
+use crate::comm::{self, Outcome};
+use crate::membership::{Client, Coordinator, Membership};
+use crate::Args;
 
 /// How long the rendezvous, the first init and a replacement's arrival may take.
 const STARTUP: Duration = Duration::from_secs(120);
@@ -44,116 +17,12 @@ const STEADY_MARK: usize = 100;
 /// All-reduces checked on the grown communicator before the ranks finish.
 const AFTER_GROW: usize = 20;
 
-struct Args {
-    /// `None` for a replacement (`--join`).
-    rank: Option<usize>,
-    world_size: usize,
-    local_rank: i32,
-    master: String,
-    deadline: Duration,
-    iters: usize,
-}
-
-fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(e) => {
-            eprintln!(
-                "elastic: {e}\nusage: elastic --rank R --world-size N --local-rank G --master HOST:PORT \
-                 [--deadline SECS] [--iters N]\n       elastic --join --local-rank G --master HOST:PORT \
-                 [--deadline SECS]\n(or RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT as torchrun sets them)"
-            );
-            return ExitCode::from(2);
-        }
-    };
-    let who = args
-        .rank
-        .map_or("replacement".to_string(), |r| format!("rank {r}"));
-    let result = metrale_gpu_sys::version::check_library_version()
-        .map_err(|e| e.to_string())
-        .and_then(|_| Gpu::new(args.local_rank).map_err(|e| e.to_string()))
-        .and_then(|mut gpu| match args.rank {
-            Some(rank) => run_member(&args, rank, &mut gpu),
-            None => run_replacement(&args, &mut gpu),
-        });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("elastic {who}: FAILED: {e}");
-            println!("ELASTIC result=failed");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Flags first, then torchrun's variables.
-fn parse_args() -> Result<Args, String> {
-    let mut flags = std::collections::HashMap::new();
-    let mut join = false;
-    let mut argv = std::env::args().skip(1);
-    while let Some(flag) = argv.next() {
-        if flag == "--join" {
-            join = true;
-            continue;
-        }
-        let value = argv.next().ok_or(format!("{flag} needs a value"))?;
-        flags.insert(flag, value);
-    }
-    let get = |flag: &str, var: &str| flags.get(flag).cloned().or_else(|| std::env::var(var).ok());
-    let num = |flag: &str, var: &str, default: Option<usize>| -> Result<usize, String> {
-        match get(flag, var) {
-            Some(v) => v
-                .parse()
-                .map_err(|_| format!("{flag} ({var}) is not a number: '{v}'")),
-            None => default.ok_or(format!("missing {flag} (or {var})")),
-        }
-    };
-    let master = match get("--master", "") {
-        Some(m) => m,
-        None => {
-            let addr =
-                std::env::var("MASTER_ADDR").map_err(|_| "missing --master (or MASTER_ADDR)")?;
-            format!(
-                "{addr}:{}",
-                std::env::var("MASTER_PORT").unwrap_or_else(|_| "29500".into())
-            )
-        }
-    };
-    let (rank, world_size) = if join {
-        (None, 0)
-    } else {
-        let (rank, world_size) = (
-            num("--rank", "RANK", None)?,
-            num("--world-size", "WORLD_SIZE", None)?,
-        );
-        if rank >= world_size {
-            return Err(format!("rank {rank} is outside a world of {world_size}"));
-        }
-        (Some(rank), world_size)
-    };
-    Ok(Args {
-        rank,
-        world_size,
-        local_rank: num("--local-rank", "LOCAL_RANK", Some(0))? as i32,
-        master,
-        deadline: Duration::from_secs(num("--deadline", "", Some(5))? as u64),
-        iters: num("--iters", "", Some(100_000))?,
-    })
-}
-
 fn ms(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1e3)
 }
 
-fn unix_us() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros())
-        .unwrap_or(0)
-}
-
 /// A rank of the first world: steady loop, then (if a rank died) revoke, shrink, grow.
-fn run_member(args: &Args, rank: usize, gpu: &mut Gpu) -> Result<(), String> {
+pub fn run_member(args: &Args, rank: usize, gpu: &mut Gpu) -> Result<(), String> {
     let (who, id) = if rank == 0 {
         let id = NcclUniqueId::new().map_err(|e| e.to_string())?;
         let hex = hex(&id.to_bytes());
@@ -208,12 +77,11 @@ fn run_member(args: &Args, rank: usize, gpu: &mut Gpu) -> Result<(), String> {
             .collect::<Vec<_>>()
             .join(","),
         lost.how,
-        unix_us(),
+        lost.at_unix_us,
         ms(lost.waited),
         lost.detail
     );
     if dead.is_empty() {
-        comm::revoke(comm, gpu.stream, args.deadline)?;
         return Err(format!(
             "the collective failed ({}) but the rendezvous knows of no dead rank (or rank 0, the \
              coordinator, died): nothing to shrink",
@@ -221,10 +89,7 @@ fn run_member(args: &Args, rank: usize, gpu: &mut Gpu) -> Result<(), String> {
         ));
     }
 
-    // Revoke, shrink without the dead, check.
-    let t = Instant::now();
-    comm::revoke(comm, gpu.stream, args.deadline)?;
-    let revoked = t.elapsed();
+    // The watchdog revoked the communicator when it gave up: shrink without the dead, check.
     let t = Instant::now();
     let shrunk = comm::shrink(comm, &dead, args.deadline)?;
     let shrink_took = t.elapsed();
@@ -235,7 +100,7 @@ fn run_member(args: &Args, rank: usize, gpu: &mut Gpu) -> Result<(), String> {
     check_rounds(gpu, shrunk, rank, size, &who, args.deadline, 3)?;
     println!(
         "ELASTIC phase=shrink rank={rank} size={size} revoke_ms={} shrink_ms={} allreduce=ok",
-        ms(revoked),
+        ms(lost.revoked),
         ms(shrink_took)
     );
 
@@ -265,8 +130,8 @@ fn run_member(args: &Args, rank: usize, gpu: &mut Gpu) -> Result<(), String> {
 }
 
 /// A replacement: joins through the rendezvous and `ncclCommGrow`, then all-reduces with the others.
-fn run_replacement(args: &Args, gpu: &mut Gpu) -> Result<(), String> {
-    let (client, rank, size, hex) = membership::Client::join(&args.master, STARTUP)?;
+pub fn run_replacement(args: &Args, gpu: &mut Gpu) -> Result<(), String> {
+    let (client, rank, size, hex) = Client::join(&args.master, STARTUP)?;
     let id = id_from_hex(&hex)?;
     let t = Instant::now();
     let grown = comm::grow(std::ptr::null_mut(), size, Some(&id), rank as i32, STARTUP)?;

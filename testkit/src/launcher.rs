@@ -1,5 +1,7 @@
 //! Who this process is in the job (its rank, the world size, its GPU on this host) and where rank 0
-//! listens, from the command line or from the variables a launcher sets.
+//! listens, from the command line or from the variables a launcher sets ([`placement`]; [`joiner`] for
+//! a process that joins a running job), and the connection to rank 0 ([`connect`]). The examples'
+//! rendezvous (`multi_process`, `elastic`) start here.
 //!
 //! Sources, in this order (the first that is present gives the values):
 //!
@@ -20,7 +22,10 @@
 //! whatever the launcher: a Slurm batch script sets `MASTER_ADDR` from `scontrol show hostnames`, as it
 //! does for torchrun.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
 
 /// Where this process stands, and which source said so.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,7 +93,8 @@ struct Said {
     local: Option<(u32, String)>,
 }
 
-pub const USAGE: &str = "usage: multi_process [--rank R --world-size N --local-rank G --master HOST:PORT]\n\
+/// The flags and variables [`placement`] reads, for a program's usage line.
+pub const USAGE: &str = "[--rank R --world-size N --local-rank G --master HOST:PORT]\n\
     (or the variables torchrun, srun or mpirun set: RANK/WORLD_SIZE/LOCAL_RANK, SLURM_PROCID/SLURM_NTASKS/\
     SLURM_LOCALID, OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK, PMI_RANK/PMI_SIZE; with MASTER_ADDR and MASTER_PORT)";
 
@@ -98,12 +104,18 @@ fn number(text: &str, name: &str) -> Result<u32, String> {
         .map_err(|_| format!("{name} is not a number: '{text}'"))
 }
 
-/// Where this process stands, from `args` (after the program name) and the environment `env`.
-pub fn placement(
-    args: &[String],
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Placement, String> {
-    let mut flags = std::collections::HashMap::new();
+/// What the flags and the launchers' variables say, the launchers checked against each other.
+struct Sources<'a> {
+    flags: HashMap<&'a str, String>,
+    said: Vec<Said>,
+    env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+fn sources<'a>(
+    args: &'a [String],
+    env: &'a dyn Fn(&str) -> Option<String>,
+) -> Result<Sources<'a>, String> {
+    let mut flags = HashMap::new();
     let mut it = args.iter();
     while let Some(flag) = it.next() {
         if !matches!(
@@ -115,12 +127,6 @@ pub fn placement(
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         flags.insert(flag.as_str(), value.clone());
     }
-    let flag = |name: &str| -> Result<Option<(u32, String)>, String> {
-        flags
-            .get(name)
-            .map(|v| Ok((number(v, name)?, name.to_string())))
-            .transpose()
-    };
 
     let mut said = Vec::new();
     for l in &LAUNCHERS {
@@ -177,12 +183,50 @@ pub fn placement(
             }
         }
     }
+    Ok(Sources { flags, said, env })
+}
 
-    let first = said.first();
-    let pick = |from_flag: Option<(u32, String)>, from_env: Option<&(u32, String)>| {
-        from_flag.map(|(v, _)| v).or(from_env.map(|(v, _)| *v))
-    };
-    let (rank_flag, size_flag) = (flag("--rank")?, flag("--world-size")?);
+impl Sources<'_> {
+    fn flag(&self, name: &str) -> Result<Option<(u32, String)>, String> {
+        self.flags
+            .get(name)
+            .map(|v| Ok((number(v, name)?, name.to_string())))
+            .transpose()
+    }
+
+    /// The GPU on this host: `--local-rank`, else the first launcher that has one, else 0.
+    fn local_rank(&self) -> Result<u32, String> {
+        let from_env = self.said.iter().find_map(|s| s.local.as_ref());
+        Ok(pick(self.flag("--local-rank")?, from_env).unwrap_or(0))
+    }
+
+    /// `--master`, else `MASTER_ADDR:MASTER_PORT` (port 29500 by default).
+    fn master(&self) -> Result<String, String> {
+        if let Some(m) = self.flags.get("--master") {
+            return Ok(m.clone());
+        }
+        let addr = (self.env)("MASTER_ADDR").ok_or(
+            "missing --master HOST:PORT (or MASTER_ADDR): where rank 0 listens, the same for every rank",
+        )?;
+        let port = (self.env)("MASTER_PORT").unwrap_or_else(|| "29500".into());
+        number(&port, "MASTER_PORT")?;
+        Ok(format!("{addr}:{port}"))
+    }
+}
+
+/// A flag's value, else the environment's.
+fn pick(from_flag: Option<(u32, String)>, from_env: Option<&(u32, String)>) -> Option<u32> {
+    from_flag.map(|(v, _)| v).or(from_env.map(|(v, _)| *v))
+}
+
+/// Where this process stands, from `args` (after the program name) and the environment `env`.
+pub fn placement(
+    args: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Placement, String> {
+    let s = sources(args, env)?;
+    let first = s.said.first();
+    let (rank_flag, size_flag) = (s.flag("--rank")?, s.flag("--world-size")?);
     let source = match (&rank_flag, &size_flag, first) {
         (Some(_), Some(_), _) | (_, _, None) => "flags",
         (_, _, Some(s)) => s.source,
@@ -191,32 +235,50 @@ pub fn placement(
         .ok_or("no rank: pass --rank, or run under torchrun, srun or mpirun")?;
     let world_size = pick(size_flag, first.map(|s| &s.size))
         .ok_or("no world size: pass --world-size, or run under torchrun, srun or mpirun")?;
-    let local_rank = pick(
-        flag("--local-rank")?,
-        said.iter().find_map(|s| s.local.as_ref()),
-    )
-    .unwrap_or(0);
+    let local_rank = s.local_rank()?;
     if world_size == 0 || rank >= world_size {
         return Err(format!("rank {rank} is outside a world of {world_size}"));
     }
-    let master = match flags.get("--master") {
-        Some(m) => m.clone(),
-        None => {
-            let addr = env("MASTER_ADDR").ok_or(
-                "missing --master HOST:PORT (or MASTER_ADDR): where rank 0 listens, the same for every rank",
-            )?;
-            let port = env("MASTER_PORT").unwrap_or_else(|| "29500".into());
-            number(&port, "MASTER_PORT")?;
-            format!("{addr}:{port}")
-        }
-    };
     Ok(Placement {
         rank,
         world_size,
         local_rank,
-        master,
+        master: s.master()?,
         source,
     })
+}
+
+/// A process that joins a running job later (a replacement): it has no rank yet, only its local rank
+/// (its GPU) and rank 0's address, read as [`placement`] reads them.
+pub fn joiner(
+    args: &[String],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(u32, String), String> {
+    let s = sources(args, env)?;
+    Ok((s.local_rank()?, s.master()?))
+}
+
+/// Connects to rank 0 at `master` (`HOST:PORT`), retrying until `timeout`: rank 0 may start later.
+pub fn connect(master: &str, timeout: Duration) -> Result<TcpStream, String> {
+    let deadline = Instant::now() + timeout;
+    let target: Vec<SocketAddr> = master
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve rank 0's address '{master}': {e}"))?
+        .collect();
+    loop {
+        let attempt = target
+            .iter()
+            .find_map(|a| TcpStream::connect_timeout(a, Duration::from_millis(500)).ok());
+        match attempt {
+            Some(s) => return Ok(s),
+            None if Instant::now() >= deadline => {
+                return Err(format!(
+                    "rank 0 did not answer at {master} within {timeout:?}"
+                ))
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
 }
 
 #[cfg(test)]

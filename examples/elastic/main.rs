@@ -1,0 +1,136 @@
+//! Recovering without a restart: ranks all-reduce in a loop; when one dies, the survivors detect it,
+//! revoke the communicator, shrink it to the living ranks and go on; when a replacement arrives, they
+//! grow it back to full size.
+//!
+//! Launched like `multi_process` (the testkit's `launcher`): `--rank R --world-size N --local-rank G
+//! --master HOST:PORT`, or the variables torchrun, srun, mpirun or a PMI launcher set, with
+//! `MASTER_ADDR`/`MASTER_PORT`. A replacement is started with `--join` and its local rank and rank 0's
+//! address, read the same way. `--deadline SECS` (default 5) bounds every collective and every recovery
+//! step (the crate's watchdog, in its revoke mode); `--iters N` (default 100000) ends a run in which
+//! nobody dies.
+//!
+//! How a survivor learns who died: every process keeps its connection to rank 0's rendezvous open
+//! (see `membership.rs`); the kernel closes a dead process's sockets, rank 0 reads the end of
+//! the connection and tells every survivor the dead set. A survivor's wait on its all-reduce polls that
+//! set, `ncclCommGetAsyncError` and the stream, and gives up after the deadline if none of them moved:
+//! the watchdog then revokes the communicator and waits until it is quiescent, ready to be shrunk.
+//! Rank 0 is the coordinator and must survive: in the demo another rank is killed.
+//!
+//! ```sh
+//! # two GPUs: 2 -> 1 -> 2 ranks
+//! elastic --rank 0 --world-size 2 --local-rank 0 --master 127.0.0.1:29500 &
+//! elastic --rank 1 --world-size 2 --local-rank 1 --master 127.0.0.1:29500 &
+//! sleep 10; kill -KILL %2                      # rank 0 shrinks to 1 rank
+//! elastic --join --local-rank 1 --master 127.0.0.1:29500   # and grows back to 2
+//! ```
+//!
+//! Every phase prints one line, `ELASTIC phase=… key=value …`, with its measured times.
+
+// Revoke, shrink and grow came with NCCL 2.29: built against older headers the example only says so.
+#[cfg(nccl_2_29)]
+mod comm;
+#[cfg(nccl_2_29)]
+mod membership;
+#[cfg(nccl_2_29)]
+mod recovery;
+
+use std::process::ExitCode;
+#[cfg(nccl_2_29)]
+use std::time::Duration;
+
+#[cfg(nccl_2_29)]
+use metrale_gpu_testkit::launcher;
+
+#[cfg(not(nccl_2_29))]
+fn main() -> ExitCode {
+    eprintln!(
+        "elastic needs NCCL 2.29 or newer (ncclCommRevoke, ncclCommShrink of a revoked communicator, \
+         ncclCommGetUniqueId, ncclCommGrow); this build has the NCCL {} headers: rebuild against 2.29+",
+        metrale_gpu_sys::version::NcclVersion::HEADERS
+    );
+    ExitCode::from(2)
+}
+
+/// What the command line (or torchrun's variables) says.
+#[cfg(nccl_2_29)]
+pub struct Args {
+    /// `None` for a replacement (`--join`).
+    pub rank: Option<usize>,
+    pub world_size: usize,
+    pub local_rank: i32,
+    pub master: String,
+    pub deadline: Duration,
+    pub iters: usize,
+}
+
+#[cfg(nccl_2_29)]
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!(
+                "elastic: {e}\nusage: elastic [--deadline SECS] [--iters N] {}\n       elastic --join \
+                 [--deadline SECS] [--local-rank G --master HOST:PORT]",
+                launcher::USAGE
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let who = args
+        .rank
+        .map_or("replacement".to_string(), |r| format!("rank {r}"));
+    let result = metrale_gpu_sys::version::check_library_version()
+        .map_err(|e| e.to_string())
+        .and_then(|_| recovery::Gpu::new(args.local_rank).map_err(|e| e.to_string()))
+        .and_then(|mut gpu| match args.rank {
+            Some(rank) => recovery::run_member(&args, rank, &mut gpu),
+            None => recovery::run_replacement(&args, &mut gpu),
+        });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("elastic {who}: FAILED: {e}");
+            println!("ELASTIC result=failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--join`, `--deadline SECS` and `--iters N` are the example's own; the rest is read as
+/// `multi_process` reads it (flags, or the variables of torchrun, srun, mpirun or a PMI launcher).
+#[cfg(nccl_2_29)]
+fn parse_args() -> Result<Args, String> {
+    let (mut join, mut deadline, mut iters) = (false, 5, 100_000);
+    let mut rest = Vec::new();
+    let mut argv = std::env::args().skip(1);
+    while let Some(arg) = argv.next() {
+        let mut number = |flag: &str| -> Result<usize, String> {
+            let v = argv.next().ok_or(format!("{flag} needs a value"))?;
+            v.parse()
+                .map_err(|_| format!("{flag} is not a number: '{v}'"))
+        };
+        match arg.as_str() {
+            "--join" => join = true,
+            "--deadline" => deadline = number("--deadline")?,
+            "--iters" => iters = number("--iters")?,
+            _ => rest.push(arg),
+        }
+    }
+    let env = |name: &str| std::env::var(name).ok();
+    let (rank, world_size, local_rank, master) = if join {
+        let (local_rank, master) = launcher::joiner(&rest, &env)?;
+        (None, 0, local_rank, master)
+    } else {
+        let me = launcher::placement(&rest, &env)?;
+        let (rank, size) = (me.rank as usize, me.world_size as usize);
+        (Some(rank), size, me.local_rank, me.master)
+    };
+    Ok(Args {
+        rank,
+        world_size,
+        local_rank: local_rank as i32,
+        master,
+        deadline: Duration::from_secs(deadline as u64),
+        iters,
+    })
+}
