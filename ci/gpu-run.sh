@@ -26,12 +26,13 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/.." && pwd)
 logdir=${1:?usage: bash .gpu-build/run.sh LOGDIR [VERSION[=LIBDIR] ...]}
 shift
 mkdir -p "$logdir" && logdir=$(cd "$logdir" && pwd) || exit 2
 # shellcheck disable=SC1091
 . "$here/BUILD" || { echo "$here/BUILD missing: stage with ci/gpu first" >&2; exit 2; }
+# The checkout the archives' paths are remapped to (a CUDA 12 tree is one folder further down).
+repo=$(cd "$here/${REPO_UP:-..}" && pwd)
 runs=("$@")
 [ ${#runs[@]} -gt 0 ] || read -ra runs <<< "$VERSIONS"
 steps=" ${GPU_STEPS:-info multi tests kill} "
@@ -58,7 +59,7 @@ verdict() { # verdict WHAT LOG OK-CONDITION-EXIT-STATUS
 
 { nvidia-smi; nvidia-smi topo -m; uname -a; ldd --version | head -1; env | grep -E '^(NCCL|CUDA|LD_)' | sort; } \
     > "$logdir/machine.txt" 2>&1
-echo "GPU runner: builds for NCCL ${runs[*]} of $COMMIT ($BUILT); logs in $logdir"
+echo "GPU runner: builds for NCCL ${runs[*]} (CUDA ${CUDA_HEADERS:-13} headers) of $COMMIT ($BUILT); logs in $logdir"
 
 # The host's libnccl folders and their versions (read by a staged nccl_info, whatever its headers).
 probe=$here/nccl-${VERSIONS%% *}/nccl_info
@@ -76,7 +77,7 @@ mapfile -t found < <(sed -n 's/^found libnccl \([^ ]*\) in /\1 /p' "$logdir/libn
 # nextest LOG LIMIT FILTERSET [OPTION...]: the staged suites of $build under cargo-nextest, one row per test.
 nextest() {
     local log=$1 limit=$2 filter=$3; shift 3
-    step "$log" "$limit" "$here/cargo-nextest" nextest run --archive-file "$build/tests.tar.zst" \
+    step "$log" "$limit" "$repo/.gpu-build/cargo-nextest" nextest run --archive-file "$build/tests.tar.zst" \
         --workspace-remap "$repo" --config-file "$here/nextest.toml" --profile gpu --run-ignored all \
         --color never -E "not test(=child_entry) and ($filter)" "$@"
     # nextest's status lines: "PASS [  1.2s] (3/9) metrale-gpu-sys::gpu name".
