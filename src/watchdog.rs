@@ -221,10 +221,13 @@ impl Watchdog {
     }
 
     /// Checks the status a call on a non-blocking communicator (`config.blocking = 0`) returned:
-    /// `ncclSuccess` passes at once; `ncclInProgress` waits, within the timeout, until
-    /// `ncclCommGetAsyncError` stops reporting it, so that `comm` accepts the next call (NCCL refuses
-    /// calls until then); any other status is the call's failure, and gives up on `comm` as a failed wait
-    /// does (unless NCCL refuses the handle itself).
+    /// `ncclSuccess` and `ncclInProgress` wait, within the timeout, until `ncclCommGetAsyncError` stops
+    /// reporting `ncclInProgress`, so that `comm` accepts the next call (NCCL refuses calls until then);
+    /// any other status is the call's failure, and gives up on `comm` as a failed wait does (unless NCCL
+    /// refuses the handle itself). A ready communicator costs one `ncclCommGetAsyncError`. `ncclSuccess`
+    /// is polled too because it does not always mean ready: NCCL 2.29.7's `ncclCommGrow` returns it to
+    /// the existing ranks of a non-blocking parent while the grown communicator is still initialising
+    /// (seen on the GPU host: the next call was refused).
     ///
     /// # Safety
     /// `comm` is the communicator the call was made on (or the handle a non-blocking init returned), used
@@ -245,12 +248,13 @@ impl Watchdog {
         work: &mut dyn Watched,
         context: &str,
     ) -> Result<(), WaitError> {
-        let Err(error) = check_nccl(status, context) else {
-            return Ok(());
+        let error = match check_nccl(status, context) {
+            Err(_) if status == ncclResult_t::ncclInProgress => {
+                return self.wait(&mut [work], context)
+            }
+            Ok(()) => return self.wait(&mut [work], context),
+            Err(error) => error,
         };
-        if status == ncclResult_t::ncclInProgress {
-            return self.wait(&mut [work], context);
-        }
         if let Poll::Refused(error) = work.poll() {
             return Err(WaitError::Refused {
                 context: context.to_string(),
@@ -391,6 +395,11 @@ impl Watched for CommWork {
         use crate::bindings::{ncclCommRevoke, NCCL_REVOKE_DEFAULT};
         // SAFETY: the communicator is live (NCCL did not refuse it); the flags are nccl.h's only value.
         let result = unsafe { ncclCommRevoke(self.comm, NCCL_REVOKE_DEFAULT as i32) };
+        // A non-blocking communicator answers ncclInProgress (seen on the GPU host): the revoke has
+        // begun, and `poll_revoked` waits for quiescence.
+        if result == ncclResult_t::ncclInProgress {
+            return Ok(());
+        }
         check_nccl(result, "ncclCommRevoke")
     }
 

@@ -15,7 +15,7 @@ fn driver_absent() -> bool {
 #[test]
 fn every_helper_reports_the_missing_driver() {
     if !driver_absent() {
-        eprintln!("libcuda.so.1 is present: this test is for machines without a driver (CI); tests/gpu.rs covers GPUs");
+        eprintln!("libcuda.so.1 is present: this test is for machines without a driver (CI); tests/gpu/ covers GPUs");
         return;
     }
     let null_stream: CUstream = std::ptr::null_mut();

@@ -213,13 +213,20 @@ fn a_wait_over_several_communicators_gives_up_on_all_of_them() {
 #[test]
 fn the_non_blocking_check_waits_until_the_communicator_accepts_the_next_call() {
     let watchdog = Watchdog::abort_after(Duration::from_secs(10));
-    // ncclSuccess: nothing to wait for.
-    let mut fake = Fake::hanging();
+    // ncclSuccess from a ready communicator: one poll.
+    let mut fake = Fake::done_after(1);
     assert_eq!(
         watchdog.check_on(NcclResult::ncclSuccess, &mut fake, "ncclBroadcast"),
         Ok(())
     );
-    assert_eq!(fake.polls, 0);
+    assert_eq!((fake.polls, fake.aborts), (1, 0));
+    // ncclSuccess from one still initialising (ncclCommGrow's existing ranks): polled until ready.
+    let mut fake = Fake::done_after(3);
+    assert_eq!(
+        watchdog.check_on(NcclResult::ncclSuccess, &mut fake, "ncclCommGrow"),
+        Ok(())
+    );
+    assert_eq!((fake.polls, fake.aborts), (3, 0));
     // ncclInProgress: polls until the communicator leaves it.
     let mut fake = Fake::done_after(4);
     assert_eq!(
