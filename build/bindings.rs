@@ -104,10 +104,21 @@ pub fn generate(inputs: &Inputs) -> Result<(), String> {
         .generate()
         .map_err(bindgen_failed)?
         .to_string();
-    let typedefs = inputs
-        .include_dirs
-        .iter()
-        .find_map(|d| std::fs::read_to_string(d.join("cudaTypedefs.h")).ok());
+    // Which CUDA version added each function: the compile-time check that the required ones are no newer
+    // than the headers' major version, and the errors naming what an older driver lacks.
+    let typedefs = inputs.include_dirs.iter().find_map(|d| {
+        let path = d.join("cudaTypedefs.h");
+        let text = std::fs::read_to_string(&path).ok()?;
+        println!("cargo:rerun-if-changed={}", path.display());
+        Some(text)
+    });
+    if typedefs.is_none() {
+        println!(
+            "cargo:warning=metrale-gpu-sys found no cudaTypedefs.h beside cuda.h: the driver table cannot \
+             say which CUDA version added a function, and the check that the required ones are old enough \
+             is skipped (pip: nvidia-cuda-runtime has it)"
+        );
+    }
     let table = driver_table(&declarations, typedefs.as_deref())?;
     let path = inputs.out_dir.join("cuda_driver.rs");
     std::fs::write(&path, table + &names.table())

@@ -106,8 +106,10 @@ pub fn find(host: &dyn Host, places: &Places) -> Result<Found, String> {
             cuda_include,
             nccl_step,
             cuda_step,
-            passed_over: passed_over(&tried)
-                .chain(passed_over(&cuda_tried))
+            // Only the variables that name what each search looks for: CUDA_HOME that served the CUDA
+            // headers is not "passed over" because the NCCL search also looked for nccl.h there.
+            passed_over: passed_over(&tried, "NCCL_")
+                .chain(passed_over(&cuda_tried, "CUDA_"))
                 .collect(),
         }),
         (nccl, cuda) => Err(not_found_message(
@@ -118,11 +120,11 @@ pub fn find(host: &dyn Host, places: &Places) -> Result<Found, String> {
 }
 
 /// The notes of steps that a set variable named and that did not serve.
-fn passed_over(tried: &str) -> impl Iterator<Item = String> + '_ {
+fn passed_over<'a>(tried: &'a str, prefix: &'a str) -> impl Iterator<Item = String> + 'a {
     tried
         .lines()
         .map(|l| l.trim_start_matches(['-', ' ']))
-        .filter(|l| (l.starts_with("NCCL_") || l.starts_with("CUDA_")) && !l.ends_with(": not set"))
+        .filter(move |l| l.starts_with(prefix) && !l.ends_with(": not set"))
         .map(String::from)
 }
 

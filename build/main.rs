@@ -73,7 +73,7 @@ fn run() -> Result<(), String> {
     let mut shim = cc::Build::new();
     // With `bundled-bindings`: what a failed compile of the shim means.
     let bundled_note = if env::var("CARGO_FEATURE_BUNDLED_BINDINGS").is_some() {
-        use_snapshot(&snapshot, nccl, &found, &out_dir, &mut shim)?
+        use_snapshot(&snapshot, (nccl, cuda), &found, &out_dir, &mut shim)?
     } else {
         generate_bindings(&bindings::Inputs {
             wrapper: &manifest_dir.join("wrapper.h"),
@@ -101,18 +101,41 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
-/// `bundled-bindings`: installs the snapshot where the headers found are its NCCL version, and has the
-/// shim's compile check that each struct it fills has the size of the snapshot's Rust type (the same
-/// version number does not make the same structs: a patched or mislabelled nccl.h). Returns what a failed
-/// compile of the shim then means.
+/// `bundled-bindings`: installs the snapshot where the headers found (`nccl`, `cuda`: their versions) are
+/// its NCCL version and CUDA major version, and has the shim's compile check that each struct it fills has
+/// the size of the snapshot's Rust type (the same version number does not make the same structs: a
+/// patched or mislabelled nccl.h). Returns what a failed compile of the shim then means.
 fn use_snapshot(
     snapshot: &Snapshot,
-    nccl: NcclVersion,
+    (nccl, cuda): (NcclVersion, u32),
     found: &find::Found,
     out_dir: &Path,
     shim: &mut cc::Build,
 ) -> Result<String, String> {
-    let (bundled, _) = snapshot.install(out_dir)?;
+    // bindgen does not run, so it declares no header: these are what the checks below read.
+    println!(
+        "cargo:rerun-if-changed={}",
+        found.nccl_include.join("nccl.h").display()
+    );
+    println!(
+        "cargo:rerun-if-changed={}",
+        found.cuda_include[0].join("cuda.h").display()
+    );
+    let (bundled, bundled_cuda) = snapshot.install(out_dir)?;
+    if bundled_cuda / 1000 != cuda / 1000 {
+        return Err(format!(
+            "the bundled bindings (feature `bundled-bindings`) were made from CUDA {}.{} headers, but the \
+             headers found are CUDA {}.{} ({}): the driver table and the driver version check follow the \
+             headers' major version. Point the build at CUDA {} headers (ci/setup), or drop the feature so \
+             bindgen translates the headers found.",
+            bundled_cuda / 1000,
+            bundled_cuda % 1000 / 10,
+            cuda / 1000,
+            cuda % 1000 / 10,
+            found.cuda_include[0].display(),
+            bundled_cuda / 1000
+        ));
+    }
     if bundled != nccl {
         return Err(format!(
             "the bundled bindings (feature `bundled-bindings`) are NCCL {bundled}'s, but the headers found are \

@@ -169,10 +169,14 @@ fn with_context(error: GpuError, context: &str) -> GpuError {
             context: context.into(),
             reason,
         },
+        // The driver call that failed while loading (cuInit, cuDriverGetVersion), after the helper's name.
         GpuError::Cuda {
-            code, name, text, ..
+            context: call,
+            code,
+            name,
+            text,
         } => GpuError::Cuda {
-            context: format!("{context} (cuInit)"),
+            context: format!("{context} ({call})"),
             code,
             name,
             text,
@@ -182,8 +186,9 @@ fn with_context(error: GpuError, context: &str) -> GpuError {
 }
 
 /// `Ok(())` for `CUDA_SUCCESS`; otherwise [`GpuError::Cuda`] with `context`, the code, `cuGetErrorName`
-/// and `cuGetErrorString` (named even where `cuInit` failed); [`GpuError::DriverUnavailable`] only when
-/// the driver cannot be loaded at all, so nothing can name the code.
+/// and `cuGetErrorString` (named even where `cuInit` failed). Where the driver cannot be loaded at all,
+/// the code is still the error's, named from cuda.h ([`CUresult::name`]), and the text says why the
+/// driver is unavailable.
 /// An optional function the driver lacks is that function's [`GpuError::DriverFunctionMissing`].
 #[inline]
 pub fn check_cuda(result: impl CudaStatus, context: &str) -> Result<(), GpuError> {
@@ -201,7 +206,15 @@ pub fn check_cuda(result: impl CudaStatus, context: &str) -> Result<(), GpuError
 fn cuda_error(result: CUresult, context: &str) -> Result<(), GpuError> {
     match DRIVER.get_or_init(load) {
         Ok(loaded) => check_with(&loaded.api, result, context),
-        Err(e) => Err(with_context(e.clone(), context)),
+        Err(e) => Err(GpuError::Cuda {
+            context: context.to_string(),
+            code: result,
+            name: result.name().unwrap_or("an unknown CUresult").to_string(),
+            text: match e {
+                GpuError::DriverUnavailable { reason, .. } => format!("no description: {reason}"),
+                other => format!("no description: {other}"),
+            },
+        }),
     }
 }
 

@@ -169,7 +169,8 @@ pub enum GiveUp {
 }
 
 /// Why a wait gave up. `Timeout` and `Failed` gave up on every communicator of the wait (`gave_up` says
-/// how); `Refused` touched none. Remote errors are `Failed` with `ncclRemoteError`: see
+/// how) but one NCCL refused along the way; `Refused` left the refused handle alone and gave up on the
+/// others (`others` says how). Remote errors are `Failed` with `ncclRemoteError`: see
 /// [`WaitError::is_remote`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -208,6 +209,11 @@ pub enum WaitError {
         context: String,
         /// `ncclCommGetAsyncError`'s error.
         error: Box<GpuError>,
+        /// What was done to the wait's other communicators: `None` in a wait over one. After `Abort`
+        /// they must not be used again; after `Revoke` they are quiescent and still valid.
+        others: Option<GiveUp>,
+        /// The error giving up on the others returned, if any (as for `Timeout`).
+        abort_error: Option<Box<GpuError>>,
     },
 }
 
@@ -265,12 +271,32 @@ impl fmt::Display for WaitError {
                 write!(f, "{context}: {kind}: {error}")?;
                 (gave_up, abort_error)
             }
-            WaitError::Refused { context, error } => {
-                return write!(
+            WaitError::Refused {
+                context,
+                error,
+                others,
+                abort_error,
+            } => {
+                write!(
                     f,
                     "{context}: NCCL refused the communicator handle ({error}): it is NULL, destroyed, aborted \
                      or not a communicator; it was not aborted"
-                );
+                )?;
+                let Some(others) = others else {
+                    return Ok(());
+                };
+                match others {
+                    GiveUp::Abort => write!(f, "; the wait's other communicators were aborted")?,
+                    #[cfg(nccl_2_29)]
+                    GiveUp::Revoke => write!(
+                        f,
+                        "; the wait's other communicators were revoked and are quiescent"
+                    )?,
+                }
+                return match abort_error {
+                    Some(e) => write!(f, " (giving up: {e})"),
+                    None => Ok(()),
+                };
             }
         };
         match gave_up {
@@ -315,14 +341,11 @@ pub(crate) fn nccl_error(result: ncclResult_t, context: &str) -> GpuError {
     // SAFETY: ncclGetErrorString returns a static string for any code.
     let text = unsafe { c_text(ncclGetErrorString(result)) };
     // SAFETY: ncclGetLastError(NULL) returns NCCL's process-wide message buffer of NCCL_LAST_ERROR_BYTES
-    // bytes, which lives as long as the library; the copy reads at most that many. NCCL rewrites it under
-    // a lock of its own, so the text may be torn or another call's (`last_error`'s doc says so).
-    let last = unsafe {
-        c_text_bounded(
-            ncclGetLastError(std::ptr::null_mut()),
-            NCCL_LAST_ERROR_BYTES,
-        )
-    };
+    // bytes, which lives as long as the library; the copy reads at most that many, byte by byte. NCCL
+    // rewrites it under a lock of its own, so the text may be torn or another call's (`last_error`'s doc
+    // says so).
+    let last =
+        unsafe { c_text_bounded::<NCCL_LAST_ERROR_BYTES>(ncclGetLastError(std::ptr::null_mut())) };
     GpuError::Nccl {
         context: context.to_string(),
         code: result,
@@ -344,17 +367,24 @@ pub(crate) unsafe fn c_text(ptr: *const std::os::raw::c_char) -> Option<String> 
     Some(text.to_string_lossy().into_owned())
 }
 
-/// Copies the text of a C buffer of `size` bytes, up to its first NUL or its end; `None` for NULL.
+/// Copies the text of a C buffer of `N` bytes, up to its first NUL or its end; `None` for NULL. Another
+/// thread may be writing the buffer (NCCL, under its own lock): each byte is read once, with a volatile
+/// read, into a local copy, so no Rust reference ever points at memory that changes under it.
 ///
 /// # Safety
-/// `ptr` is NULL or points to `size` readable bytes that live for the duration of the call.
-unsafe fn c_text_bounded(ptr: *const std::os::raw::c_char, size: usize) -> Option<String> {
+/// `ptr` is NULL or points to `N` readable bytes that live for the duration of the call.
+unsafe fn c_text_bounded<const N: usize>(ptr: *const std::os::raw::c_char) -> Option<String> {
     if ptr.is_null() {
         return None;
     }
-    // SAFETY: the caller promises `size` readable bytes; strnlen reads no further.
-    let len = unsafe { libc::strnlen(ptr, size) };
-    // SAFETY: the first `len` of those bytes, as counted above.
-    let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
-    Some(String::from_utf8_lossy(bytes).into_owned())
+    let mut copy = [0u8; N];
+    for (i, byte) in copy.iter_mut().enumerate() {
+        // SAFETY: i < N, and the caller promises N readable bytes.
+        *byte = unsafe { ptr.cast::<u8>().add(i).read_volatile() };
+        if *byte == 0 {
+            break;
+        }
+    }
+    let len = copy.iter().position(|&b| b == 0).unwrap_or(N);
+    Some(String::from_utf8_lossy(&copy[..len]).into_owned())
 }

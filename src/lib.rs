@@ -32,6 +32,7 @@
 //!     let api = cuda::driver("example")?;
 //!     let mut ranks = Vec::new(); // (comm, stream, device buffer) per GPU
 //!     let hosts: Vec<Vec<f32>> = (0..2).map(|dev| vec![(dev + 1) as f32; N]).collect();
+//!     // SAFETY: no arguments; the group is closed below.
 //!     check_nccl(unsafe { ncclGroupStart() }, "ncclGroupStart")?;
 //!     for dev in 0..2 {
 //!         let stream = create_stream(dev)?; // also makes `dev` current on this thread
@@ -47,6 +48,7 @@
 //!         }
 //!         ranks.push((comm, stream, buf));
 //!     }
+//!     // SAFETY: closes the group opened above.
 //!     check_nccl(unsafe { ncclGroupEnd() }, "ncclGroupEnd")?;
 //!     // SAFETY: each buffer holds N floats on its communicator's device; each stream belongs to it.
 //!     unsafe {

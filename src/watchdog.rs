@@ -51,12 +51,19 @@ pub trait Watched {
     fn poll(&mut self) -> Poll;
     /// Aborts the communicator (`ncclCommAbort`). Never called after `poll` returned `Refused`.
     fn abort(&mut self) -> Result<(), GpuError>;
-    /// Revokes the communicator (`ncclCommRevoke`). Never called after `poll` returned `Refused`.
-    #[cfg(nccl_2_29)]
-    fn revoke(&mut self) -> Result<(), GpuError>;
+    /// Revokes the communicator (`ncclCommRevoke`, NCCL 2.29+ headers). Never called after `poll`
+    /// returned `Refused`. By default it cannot, which makes a revoking watchdog abort instead; the
+    /// methods exist whatever the headers, so an implementation compiles against every NCCL.
+    fn revoke(&mut self) -> Result<(), GpuError> {
+        Err(crate::error::nccl_error(
+            ncclResult_t::ncclInvalidUsage,
+            "ncclCommRevoke (this Watched cannot revoke)",
+        ))
+    }
     /// After `revoke`: `Running` while the communicator is not yet quiescent (`ncclInProgress`).
-    #[cfg(nccl_2_29)]
-    fn poll_revoked(&mut self) -> Poll;
+    fn poll_revoked(&mut self) -> Poll {
+        Poll::Done
+    }
 }
 
 /// A deadline, and what to do to the communicators when it passes or one of them fails.
@@ -95,6 +102,8 @@ impl Watchdog {
         let start = Instant::now();
         let stop = poll_until(work, self.timeout, |_, item| item.poll());
         let count = work.len();
+        // The items never to give up on: those NCCL refused.
+        let mut skip = vec![false; count];
         let name = |index: usize| match count {
             1 => context.to_string(),
             _ => format!("{context} (communicator {index} of {count})"),
@@ -102,7 +111,7 @@ impl Watchdog {
         Err(match stop {
             Stop::Done => return Ok(()),
             Stop::Timeout => {
-                let (gave_up, abort_error) = self.give_up(work, None);
+                let (gave_up, abort_error) = self.give_up(work, &mut skip);
                 WaitError::Timeout {
                     context: context.to_string(),
                     // Until the communicators were given up on: the bound a caller sees.
@@ -112,7 +121,7 @@ impl Watchdog {
                 }
             }
             Stop::Failed(index, error) => {
-                let (gave_up, abort_error) = self.give_up(work, None);
+                let (gave_up, abort_error) = self.give_up(work, &mut skip);
                 WaitError::Failed {
                     context: name(index),
                     error: Box::new(error),
@@ -121,54 +130,59 @@ impl Watchdog {
                 }
             }
             Stop::Refused(index, error) => {
-                self.give_up(work, Some(index));
+                skip[index] = true;
+                let (gave_up, abort_error) = self.give_up(work, &mut skip);
                 WaitError::Refused {
                     context: name(index),
                     error: Box::new(error),
+                    others: (count > 1).then_some(gave_up),
+                    abort_error,
                 }
             }
         })
     }
 
-    /// Gives up on every item but `refused`; returns what was done and the first error doing it.
+    /// Gives up on every item not in `skip` (those NCCL refused; a revoke may add to them); returns what
+    /// was done and the first error doing it.
     fn give_up(
         &self,
         work: &mut [&mut dyn Watched],
-        refused: Option<usize>,
+        skip: &mut [bool],
     ) -> (GiveUp, Option<Box<GpuError>>) {
         #[cfg(nccl_2_29)]
         if self.give_up == GiveUp::Revoke {
-            match self.revoke(work, refused) {
+            match self.revoke(work, skip) {
                 Ok(()) => return (GiveUp::Revoke, None),
-                // Revoked or not, abort them all: nothing may be left running.
+                // Revoked or not, abort them all (but a handle NCCL refused): nothing may be left running.
                 Err(error) => {
-                    for_others(work, refused, |item| item.abort());
+                    for_others(work, skip, |item| item.abort());
                     return (GiveUp::Abort, Some(Box::new(error)));
                 }
             }
         }
-        let error = for_others(work, refused, |item| item.abort());
+        let error = for_others(work, skip, |item| item.abort());
         (GiveUp::Abort, error.map(Box::new))
     }
 
-    /// Revokes every item but `refused`, then waits up to the timeout until all are quiescent.
+    /// Revokes every item not in `skip`, then waits up to the timeout until all are quiescent. An item
+    /// NCCL refuses meanwhile joins `skip`, so that the abort that follows leaves it alone.
     #[cfg(nccl_2_29)]
-    fn revoke(
-        &self,
-        work: &mut [&mut dyn Watched],
-        refused: Option<usize>,
-    ) -> Result<(), GpuError> {
-        if let Some(error) = for_others(work, refused, |item| item.revoke()) {
+    fn revoke(&self, work: &mut [&mut dyn Watched], skip: &mut [bool]) -> Result<(), GpuError> {
+        if let Some(error) = for_others(work, skip, |item| item.revoke()) {
             return Err(error);
         }
         let start = Instant::now();
-        let stop = poll_until(work, self.timeout, |index, item| match refused {
-            Some(r) if r == index => Poll::Done,
-            _ => item.poll_revoked(),
+        let stop = poll_until(work, self.timeout, |index, item| match skip[index] {
+            true => Poll::Done,
+            false => item.poll_revoked(),
         });
         match stop {
             Stop::Done => Ok(()),
-            Stop::Failed(_, error) | Stop::Refused(_, error) => Err(error),
+            Stop::Refused(index, error) => {
+                skip[index] = true;
+                Err(error)
+            }
+            Stop::Failed(_, error) => Err(error),
             Stop::Timeout => Err(crate::error::nccl_error(
                 ncclResult_t::ncclInProgress,
                 &format!(
@@ -224,7 +238,9 @@ impl Watchdog {
     /// `ncclSuccess` and `ncclInProgress` wait, within the timeout, until `ncclCommGetAsyncError` stops
     /// reporting `ncclInProgress`, so that `comm` accepts the next call (NCCL refuses calls until then);
     /// any other status is the call's failure, and gives up on `comm` as a failed wait does (unless NCCL
-    /// refuses the handle itself). A ready communicator costs one `ncclCommGetAsyncError`. `ncclSuccess`
+    /// refuses the handle itself) — argument errors too, which would leave a blocking communicator
+    /// usable: a non-blocking call that failed may have left a group partly enqueued, and this check
+    /// errs on the side of never reusing it. Check arguments before the call to keep the communicator. A ready communicator costs one `ncclCommGetAsyncError`. `ncclSuccess`
     /// is polled too because it does not always mean ready: NCCL 2.29.7's `ncclCommGrow` returns it to
     /// the existing ranks of a non-blocking parent while the grown communicator is still initialising
     /// (seen on the GPU host: the next call was refused).
@@ -248,20 +264,19 @@ impl Watchdog {
         work: &mut dyn Watched,
         context: &str,
     ) -> Result<(), WaitError> {
-        let error = match check_nccl(status, context) {
-            Err(_) if status == ncclResult_t::ncclInProgress => {
-                return self.wait(&mut [work], context)
-            }
-            Ok(()) => return self.wait(&mut [work], context),
-            Err(error) => error,
-        };
+        if status == ncclResult_t::ncclSuccess || status == ncclResult_t::ncclInProgress {
+            return self.wait(&mut [work], context);
+        }
+        let error = crate::error::nccl_error(status, context);
         if let Poll::Refused(error) = work.poll() {
             return Err(WaitError::Refused {
                 context: context.to_string(),
                 error: Box::new(error),
+                others: None,
+                abort_error: None,
             });
         }
-        let (gave_up, abort_error) = self.give_up(&mut [work], None);
+        let (gave_up, abort_error) = self.give_up(&mut [work], &mut [false]);
         Err(WaitError::Failed {
             context: context.to_string(),
             error: Box::new(error),
@@ -310,15 +325,15 @@ fn poll_until(
     }
 }
 
-/// Calls `give_up` on every item but `refused`; the first error.
+/// Calls `give_up` on every item not in `skip`; the first error.
 fn for_others(
     work: &mut [&mut dyn Watched],
-    refused: Option<usize>,
+    skip: &[bool],
     mut give_up: impl FnMut(&mut dyn Watched) -> Result<(), GpuError>,
 ) -> Option<GpuError> {
     let mut first = None;
     for (index, item) in work.iter_mut().enumerate() {
-        if Some(index) != refused {
+        if !skip[index] {
             if let Err(e) = give_up(&mut **item) {
                 first.get_or_insert(e);
             }

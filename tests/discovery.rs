@@ -292,6 +292,19 @@ fn a_variable_that_names_no_installation_is_passed_over_with_a_warning() {
     );
     host.vars.clear();
     assert!(find(&host, &places).expect("found").passed_over.is_empty());
+
+    // CUDA_HOME that serves the CUDA headers is not passed over because it holds no nccl.h (a toolkit
+    // beside NCCL installed elsewhere, as NVIDIA's apt packages do).
+    let dir = scratch("toolkit");
+    let places = empty_places(&dir);
+    touch(places.system_include.join("nccl.h"));
+    touch(places.system_lib.join("libnccl.so.2"));
+    let toolkit = cuda_root(&dir.join("cuda-12"));
+    host.vars.insert("CUDA_HOME", toolkit.clone());
+    let found = find(&host, &places).expect("found");
+    assert_eq!(found.nccl_step, "the system directories");
+    assert_eq!(found.cuda_include[0], toolkit.join("include"));
+    assert!(found.passed_over.is_empty(), "{:?}", found.passed_over);
 }
 
 /// pip's CUDA 12 wheels under `site-packages/nvidia`: cuda.h, crt/ and nv/target each in its own package.

@@ -36,10 +36,6 @@ fn every_helper_reports_the_missing_driver() {
             ("stream_ready", stream_ready(null_stream).map(drop)),
             ("nccl_mem_alloc", nccl_mem_alloc(0, 1024).map(drop)),
             ("nccl_mem_free", nccl_mem_free(std::ptr::null_mut())),
-            (
-                "check_cuda",
-                check_cuda(CUresult::CUDA_ERROR_INVALID_VALUE, "check_cuda"),
-            ),
         ]
     };
     for (helper, result) in results {
@@ -58,6 +54,32 @@ fn every_helper_reports_the_missing_driver() {
             "{msg}"
         );
     }
+}
+
+#[test]
+fn check_cuda_keeps_the_callers_code_without_a_driver() {
+    if !driver_absent() {
+        return;
+    }
+    let err = check_cuda(CUresult::CUDA_ERROR_INVALID_VALUE, "cuMemAlloc").expect_err("a failure");
+    let GpuError::Cuda {
+        context,
+        code,
+        name,
+        text,
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        (context.as_str(), *code, name.as_str()),
+        (
+            "cuMemAlloc",
+            CUresult::CUDA_ERROR_INVALID_VALUE,
+            "CUDA_ERROR_INVALID_VALUE"
+        )
+    );
+    assert!(text.contains("libcuda.so.1"), "{err}");
 }
 
 #[test]

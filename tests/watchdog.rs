@@ -23,6 +23,9 @@ struct Fake {
     revoked_polls_until_quiet: Option<u32>,
     #[cfg(nccl_2_29)]
     revoked_polls: u32,
+    /// What every poll after the revoke answers instead (a handle NCCL refuses meanwhile, say).
+    #[cfg(nccl_2_29)]
+    revoked_answer: Option<Poll>,
 }
 
 impl Fake {
@@ -66,6 +69,9 @@ impl Watched for Fake {
     #[cfg(nccl_2_29)]
     fn poll_revoked(&mut self) -> Poll {
         self.revoked_polls += 1;
+        if let Some(answer) = &self.revoked_answer {
+            return answer.clone();
+        }
         match self.revoked_polls_until_quiet {
             Some(n) if self.revoked_polls >= n => Poll::Done,
             _ => Poll::Running,
@@ -201,7 +207,19 @@ fn a_wait_over_several_communicators_gives_up_on_all_of_them() {
     let err = watchdog
         .wait(&mut [&mut other, &mut refused], "x")
         .expect_err("refused");
-    assert!(matches!(err, WaitError::Refused { .. }), "{err:?}");
+    let WaitError::Refused {
+        others: Some(GiveUp::Abort),
+        abort_error: None,
+        ..
+    } = &err
+    else {
+        panic!("the caller must learn what became of the others: {err:?}")
+    };
+    assert!(
+        err.to_string()
+            .contains("it was not aborted; the wait's other communicators were aborted"),
+        "{err}"
+    );
     assert_eq!((refused.aborts, other.aborts), (0, 1));
 
     // Every communicator done: no abort.
@@ -321,6 +339,38 @@ fn revoking_waits_for_quiescence_and_aborts_what_does_not_quiesce() {
     };
     assert!(why.to_string().contains("not quiescent"), "{why}");
     assert_eq!((quiet.aborts, stuck.aborts), (1, 1));
+
+    // One is refused while the others quiesce (freed meanwhile): the fallback abort leaves it alone.
+    let (mut quiet, mut refused) = (
+        Fake {
+            revoked_polls_until_quiet: Some(2),
+            ..Fake::hanging()
+        },
+        Fake {
+            revoked_answer: Some(Poll::Refused(nccl_error(NcclResult::ncclInvalidArgument))),
+            ..Fake::hanging()
+        },
+    );
+    let err = Watchdog::revoke_after(Duration::from_millis(20))
+        .wait(&mut [&mut quiet, &mut refused], "x")
+        .expect_err("hangs");
+    assert!(
+        matches!(
+            err,
+            WaitError::Timeout {
+                gave_up: GiveUp::Abort,
+                abort_error: Some(_),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!((quiet.revokes, refused.revokes), (1, 1));
+    assert_eq!(
+        (quiet.aborts, refused.aborts),
+        (1, 0),
+        "aborting a refused handle writes through it"
+    );
 }
 
 #[test]

@@ -16,11 +16,13 @@ pub const COUNT: usize = 1 << 18;
 
 /// Every communicator of the example: non-blocking, so that no call can hang the rank.
 pub fn config() -> NcclConfig {
-    NcclConfig {
+    let mut config = NcclConfig {
         blocking: 0,
-        commName: c"elastic".as_ptr(),
         ..NcclConfig::default()
-    }
+    };
+    // NCCL keeps this pointer (and hands it to shrunk and grown communicators): a `&'static CStr`.
+    config.set_comm_name(c"elastic");
+    config
 }
 
 /// How a rank learnt that the collective will never finish; the communicator is revoked and quiescent.

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use metrale_gpu_sys::nccl::*;
+use metrale_gpu_testkit::hex;
 
 pub use crate::comm::Gpu;
 use crate::comm::{self, Outcome};
@@ -25,7 +26,7 @@ fn ms(d: Duration) -> String {
 pub fn run_member(args: &Args, rank: usize, gpu: &mut Gpu) -> Result<(), String> {
     let (who, id) = if rank == 0 {
         let id = NcclUniqueId::new().map_err(|e| e.to_string())?;
-        let hex = hex(&id.to_bytes());
+        let hex = hex::encode(&id.to_bytes());
         (
             Membership::Coordinator(Coordinator::start(
                 &args.master,
@@ -113,7 +114,7 @@ pub fn run_member(args: &Args, rank: usize, gpu: &mut Gpu) -> Result<(), String>
         // SAFETY: a live, idle communicator; writes one id.
         let res = unsafe { ncclCommGetUniqueId(shrunk, &mut id) };
         check_nccl(res, "ncclCommGetUniqueId").map_err(|e| e.to_string())?;
-        size = coordinator.grow(dead.len(), &hex(&id.to_bytes()), STARTUP)?;
+        size = coordinator.grow(dead.len(), &hex::encode(&id.to_bytes()), STARTUP)?;
         let t = Instant::now();
         let grown = comm::grow(shrunk, size, Some(&id), -1, STARTUP)?;
         (grown, t.elapsed())
@@ -187,17 +188,10 @@ fn check_rounds(
     Ok(())
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn id_from_hex(hex: &str) -> Result<NcclUniqueId, String> {
-    let bytes: Result<Vec<u8>, _> = (0..hex.len() / 2)
-        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16))
-        .collect();
-    let bytes: [u8; NcclUniqueId::BYTES] = bytes
-        .ok()
-        .and_then(|b| b.try_into().ok())
-        .ok_or(format!("not a unique id: {hex:?}"))?;
-    Ok(NcclUniqueId::from_bytes(bytes))
+/// The unique id a peer sent as hex; an error, never a panic, for anything else.
+fn id_from_hex(text: &str) -> Result<NcclUniqueId, String> {
+    hex::decode(text)
+        .and_then(|bytes| <[u8; NcclUniqueId::BYTES]>::try_from(bytes).ok())
+        .map(NcclUniqueId::from_bytes)
+        .ok_or(format!("not a unique id: {text:?}"))
 }

@@ -51,6 +51,7 @@ mod tests {
     fn enum_constants_and_defines_match_c() {
         // SAFETY: as above.
         let mut bad = mismatches("value", RUST_INTS, unsafe { &systest_ints });
+        // SAFETY: as above.
         bad.extend(mismatches("value", RUST_FLOATS, unsafe { &systest_floats }));
         assert!(bad.is_empty(), "{}", bad.join("\n"));
     }

@@ -49,11 +49,11 @@ pub fn number(name: &str) -> usize {
 pub fn unique_id(rank: usize) -> NcclUniqueId {
     if rank == 0 {
         let id = NcclUniqueId::new().expect("ncclGetUniqueId");
-        println!("\n{ID_LINE}{}", to_hex(&id.to_bytes()));
+        println!("\n{ID_LINE}{}", crate::hex::encode(&id.to_bytes()));
         std::io::stdout().flush().expect("flush stdout");
         id
     } else {
-        let bytes = from_hex(&var(UNIQUE_ID));
+        let bytes = crate::hex::decode(&var(UNIQUE_ID)).expect("the unique id in hex");
         let bytes: [u8; NcclUniqueId::BYTES] = bytes
             .try_into()
             .unwrap_or_else(|b: Vec<u8>| panic!("a unique id of {} bytes", b.len()));
@@ -281,25 +281,4 @@ pub fn expect_success(what: &str, done: &[Finished]) {
         .map(|f| format!("{} ({:?})", f.name, f.status))
         .collect();
     assert!(failed.is_empty(), "{what}: {} failed", failed.join(", "));
-}
-
-pub fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-pub fn from_hex(hex: &str) -> Vec<u8> {
-    assert!(hex.len() % 2 == 0, "odd-length hex {hex:?}");
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex digits"))
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn hex_round_trips() {
-        let bytes: Vec<u8> = (0..=255).collect();
-        assert_eq!(super::from_hex(&super::to_hex(&bytes)), bytes);
-    }
 }

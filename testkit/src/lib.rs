@@ -5,6 +5,7 @@
 //! - [`devbuf`]: device buffers whose copies are queued on the caller's stream.
 //! - [`world`]: one communicator and one stream per GPU, driven from one thread; groups and polling.
 //! - [`child`]: the test binary run again as a child process (a rank, a peer to kill, a crash to contain).
+//! - [`hex`]: bytes as hex and back (unique ids in variables and text protocols).
 //! - [`codec`]: fp16, bf16, fp8 e4m3 and e5m2 to and from `f64`, rounded as CUDA rounds.
 //! - [`op`]: NCCL's built-in reduction operations and their host-side reference.
 //! - [`launcher`]: the multi-process examples' placement (flags, torchrun, Slurm, Open MPI, PMI) and
@@ -14,6 +15,7 @@ pub mod child;
 pub mod codec;
 pub mod devbuf;
 pub mod gpu;
+pub mod hex;
 pub mod launcher;
 pub mod op;
 pub mod world;

@@ -164,10 +164,8 @@ pub fn wait_comms(comms: &[NcclComm], what: &str) -> Result<(), GpuError> {
         loop {
             let mut state = NcclResult::ncclInProgress;
             // SAFETY: a live communicator; writes one value.
-            check_nccl(
-                unsafe { ncclCommGetAsyncError(comm, &mut state) },
-                "ncclCommGetAsyncError",
-            )?;
+            let result = unsafe { ncclCommGetAsyncError(comm, &mut state) };
+            check_nccl(result, "ncclCommGetAsyncError")?;
             if state != NcclResult::ncclInProgress {
                 check_nccl(state, &format!("{what} (async state)"))?;
                 break;

@@ -44,7 +44,10 @@ fn grow_adds_a_rank_from_a_new_process() {
     let joiner = child::spawn(
         "grow child (new rank 1 on GPU 1)",
         "grow",
-        &[(GROW_ID, child::to_hex(&grow_id.to_bytes()))],
+        &[(
+            GROW_ID,
+            metrale_gpu_testkit::hex::encode(&grow_id.to_bytes()),
+        )],
     );
     let mut grown: NcclComm = std::ptr::null_mut();
     // SAFETY: the existing root passes its communicator, the id it made and rank -1 (nccl.h); a NULL

@@ -147,8 +147,8 @@ pub fn destroy(mut w: World) {
 /// The unique id another process printed as hex.
 pub fn id_from_hex(hex: &str) -> NcclUniqueId {
     NcclUniqueId::from_bytes(
-        metrale_gpu_testkit::child::from_hex(hex)
-            .try_into()
+        metrale_gpu_testkit::hex::decode(hex)
+            .and_then(|bytes| bytes.try_into().ok())
             .expect("a unique id of NCCL_UNIQUE_ID_BYTES bytes"),
     )
 }
