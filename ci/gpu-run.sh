@@ -20,7 +20,8 @@
 #          run lasts the whole deadline)
 # GPU_BUDGET_S (default 3600): no step starts after it, and a step is cut off at it. GPU_WAIT_FOR_LIB_S: how
 # long to wait for a LIBDIR's libnccl.so.2 to appear (a build still running). NCCL_NVLS_ENABLE=0 is
-# exported for every process: NVLink multicast is forbidden on the project's GPU host.
+# exported for every process, whatever the caller set: NVLink multicast is forbidden on the project's GPU
+# host, and the tests refuse to run with any other value (testkit's gpus()).
 # Logs: LOGDIR/summary.txt (the table and every MEASURED line), machine.txt, nccl-VERSION/*.log.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 NCCL_DEBUG=${NCCL_DEBUG:-WARN}

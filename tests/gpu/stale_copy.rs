@@ -1,4 +1,4 @@
-//! The stale-copy race (issue 12, item 1). `cuMemcpyHtoD` from pageable memory runs on the legacy
+//! The stale-copy race. `cuMemcpyHtoD` from pageable memory runs on the legacy
 //! default stream and may return once the data is staged, before it has landed on the device; a
 //! `CU_STREAM_NON_BLOCKING` stream (what `create_stream` makes) does not wait for the legacy stream. So
 //! a collective queued on such a stream right after the copy may read what the buffer held before.
