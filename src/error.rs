@@ -246,7 +246,8 @@ impl WaitError {
 
 impl fmt::Display for WaitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (gave_up, abort_error) = match self {
+        // What was given up on, how, and what that said: the tail every variant shares.
+        let ((subject, plural), gave_up, abort_error) = match self {
             WaitError::Timeout {
                 context,
                 waited,
@@ -255,7 +256,7 @@ impl fmt::Display for WaitError {
             } => {
                 let secs = waited.as_secs_f64();
                 write!(f, "{context} timed out after {secs:.3} s")?;
-                (gave_up, abort_error)
+                (("the communicator", false), gave_up, abort_error)
             }
             WaitError::Failed {
                 context,
@@ -269,7 +270,7 @@ impl fmt::Display for WaitError {
                     "error"
                 };
                 write!(f, "{context}: {kind}: {error}")?;
-                (gave_up, abort_error)
+                (("the communicator", false), gave_up, abort_error)
             }
             WaitError::Refused {
                 context,
@@ -285,24 +286,21 @@ impl fmt::Display for WaitError {
                 let Some(others) = others else {
                     return Ok(());
                 };
-                match others {
-                    GiveUp::Abort => write!(f, "; the wait's other communicators were aborted")?,
-                    #[cfg(nccl_2_29)]
-                    GiveUp::Revoke => write!(
-                        f,
-                        "; the wait's other communicators were revoked and are quiescent"
-                    )?,
-                }
-                return match abort_error {
-                    Some(e) => write!(f, " (giving up: {e})"),
-                    None => Ok(()),
-                };
+                (
+                    ("the wait's other communicators", true),
+                    others,
+                    abort_error,
+                )
             }
         };
+        let was = if plural { "were" } else { "was" };
         match gave_up {
-            GiveUp::Abort => write!(f, "; the communicator was aborted")?,
+            GiveUp::Abort => write!(f, "; {subject} {was} aborted")?,
             #[cfg(nccl_2_29)]
-            GiveUp::Revoke => write!(f, "; the communicator was revoked and is quiescent")?,
+            GiveUp::Revoke => {
+                let is = if plural { "are" } else { "is" };
+                write!(f, "; {subject} {was} revoked and {is} quiescent")?
+            }
         }
         match abort_error {
             Some(e) => write!(f, " (giving up: {e})"),
