@@ -236,14 +236,16 @@ impl Watchdog {
 
     /// Checks the status a call on a non-blocking communicator (`config.blocking = 0`) returned:
     /// `ncclSuccess` and `ncclInProgress` wait, within the timeout, until `ncclCommGetAsyncError` stops
-    /// reporting `ncclInProgress`, so that `comm` accepts the next call (NCCL refuses calls until then);
-    /// any other status is the call's failure, and gives up on `comm` as a failed wait does (unless NCCL
+    /// reporting `ncclInProgress`, so that `comm` accepts the next call (NCCL refuses calls until then). A
+    /// ready communicator costs one `ncclCommGetAsyncError`. `ncclSuccess` is polled too because it does
+    /// not always mean ready: NCCL 2.29.7's `ncclCommGrow` returns it to the existing ranks of a
+    /// non-blocking parent while the grown communicator is still initialising (seen on the GPU host: the
+    /// next call was refused).
+    ///
+    /// Any other status is the call's failure, and gives up on `comm` as a failed wait does (unless NCCL
     /// refuses the handle itself) — argument errors too, which would leave a blocking communicator
-    /// usable: a non-blocking call that failed may have left a group partly enqueued, and this check
-    /// errs on the side of never reusing it. Check arguments before the call to keep the communicator. A ready communicator costs one `ncclCommGetAsyncError`. `ncclSuccess`
-    /// is polled too because it does not always mean ready: NCCL 2.29.7's `ncclCommGrow` returns it to
-    /// the existing ranks of a non-blocking parent while the grown communicator is still initialising
-    /// (seen on the GPU host: the next call was refused).
+    /// usable: a non-blocking call that failed may have left a group partly enqueued, and this check errs
+    /// on the side of never reusing it. Check arguments before the call to keep the communicator.
     ///
     /// # Safety
     /// `comm` is the communicator the call was made on (or the handle a non-blocking init returned), used
