@@ -1,6 +1,8 @@
 //! [`CommWork`]: a communicator and the work queued on a stream, as the waits poll and give up on them.
 
-use super::{GiveUpError, Poll, Watched};
+#[cfg(nccl_2_29)]
+use super::GiveUpError;
+use super::{Poll, Watched};
 use crate::bindings::{ncclCommAbort, ncclCommGetAsyncError, ncclComm_t, ncclResult_t, CUstream};
 use crate::error::{check_nccl, GpuError};
 
