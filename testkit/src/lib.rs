@@ -8,6 +8,8 @@
 //! - [`hex`]: bytes as hex and back (unique ids in variables and text protocols).
 //! - [`codec`]: fp16, bf16, fp8 e4m3 and e5m2 to and from `f64`, rounded as CUDA rounds.
 //! - [`op`]: NCCL's built-in reduction operations and their host-side reference.
+//! - [`placement`]: where each rank of a multi-process test runs: R ranks over G GPUs, simulated hosts
+//!   where ranks share a GPU (`METRALE_TEST_RANKS`, `METRALE_TEST_PLACEMENT`).
 //! - [`launcher`]: the multi-process examples' placement (flags, torchrun, Slurm, Open MPI, PMI) and
 //!   their connection to rank 0.
 
@@ -18,4 +20,5 @@ pub mod gpu;
 pub mod hex;
 pub mod launcher;
 pub mod op;
+pub mod placement;
 pub mod world;
