@@ -163,8 +163,21 @@ impl Plan {
         Plan::from_vars(&|name| std::env::var(name).ok(), gpus, library)
     }
 
+    /// The same placement for `ranks` ranks (a test of a fixed size).
+    pub fn with_ranks(&self, ranks: usize) -> Result<Plan, PlanError> {
+        if ranks == 0 {
+            return Err(PlanError::NoRanks);
+        }
+        Ok(Plan { ranks, ..*self })
+    }
+
     pub fn ranks(&self) -> usize {
         self.ranks
+    }
+
+    /// The GPUs this host has.
+    pub fn gpus(&self) -> usize {
+        self.gpus
     }
 
     pub fn mode(&self) -> Mode {
@@ -392,6 +405,12 @@ mod tests {
             plan.transport(),
             "NCCL_MULTI_RANK_GPU_ENABLE (P2P/CUMEM on a shared GPU)"
         );
+        let sixteen = plan.with_ranks(16).unwrap();
+        assert_eq!(
+            (sixteen.ranks(), sixteen.mode(), sixteen.gpus()),
+            (16, Mode::MultiRankGpu, 1)
+        );
+        assert_eq!(plan.with_ranks(0), Err(PlanError::NoRanks));
         let plan = Plan::from_vars(&vars(&[(MODE, "hosts")]), 2, V2_29).unwrap();
         assert_eq!(plan.mode(), Mode::Hosts);
     }
