@@ -79,16 +79,23 @@ pub fn spawn(name: &str, role: &str, env: &[(&str, String)]) -> Child {
 /// This test binary running [`ENTRY`] as `role`, with `env` added: for a child that needs more than
 /// [`spawn`] sets (a variable removed, say), started with [`start`].
 pub fn command(role: &str, env: &[(&str, String)]) -> Command {
+    let mut cmd = test_command(ENTRY, env);
+    cmd.env(ROLE, role);
+    cmd
+}
+
+/// This test binary running only the test named `test` (its full name, `module::function`, ignored or
+/// not), with `env` added.
+pub fn test_command(test: &str, env: &[(&str, String)]) -> Command {
     let exe = std::env::current_exe().expect("the test binary's path");
     let mut cmd = Command::new(exe);
     cmd.args([
-        ENTRY,
+        test,
         "--exact",
-        "--ignored",
+        "--include-ignored",
         "--nocapture",
         "--test-threads=1",
-    ])
-    .env(ROLE, role);
+    ]);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -155,6 +162,11 @@ impl Child {
     pub fn wait_unique_id(&self, timeout: Duration) -> Option<String> {
         let (_, line) = self.wait_line(ID_LINE, timeout)?;
         line.split(ID_LINE).nth(1).map(|hex| hex.trim().to_string())
+    }
+
+    /// Its exit status if it has exited, without waiting.
+    pub fn poll(&mut self) -> Option<ExitStatus> {
+        self.process.try_wait().ok().flatten()
     }
 
     /// SIGKILL, then reaps it.

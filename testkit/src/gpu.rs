@@ -3,7 +3,8 @@
 use metrale_gpu_sys::cuda::{self, DriverApi};
 use metrale_gpu_sys::nccl::check_cuda;
 
-/// GPUs every GPU test needs.
+/// GPUs a test needs that drives several GPUs from one process (`ncclCommInitAll`, a group over
+/// several devices); every other GPU test runs on one or more ([`crate::ranks`]).
 pub const MIN_GPUS: usize = 2;
 
 /// The driver, for the tests' own calls.
@@ -13,7 +14,7 @@ pub fn api() -> &'static DriverApi {
 
 /// Fails the test unless this process may touch the GPUs (`NCCL_NVLS_ENABLE=0`: NVLink multicast is
 /// forbidden on the project's GPU host, so the runner and every child process set it), the loaded
-/// libnccl is not older than the headers, and there are at least [`MIN_GPUS`] GPUs. Returns how many.
+/// libnccl is not older than the headers, and there is at least one GPU. Returns how many.
 pub fn gpus() -> usize {
     match std::env::var("NCCL_NVLS_ENABLE") {
         Ok(v) if v == "0" => {}
@@ -25,7 +26,7 @@ pub fn gpus() -> usize {
     metrale_gpu_sys::version::check_library_version().expect("libnccl not older than the headers");
     let api = match cuda::driver("gpu test") {
         Ok(api) => api,
-        Err(e) => panic!("needs {MIN_GPUS} GPUs, but the CUDA driver is unavailable: {e}"),
+        Err(e) => panic!("needs a GPU, but the CUDA driver is unavailable: {e}"),
     };
     let mut count = 0;
     // SAFETY: writes one int through a valid pointer.
@@ -34,11 +35,31 @@ pub fn gpus() -> usize {
         "cuDeviceGetCount",
     )
     .expect("cuDeviceGetCount");
-    assert!(
-        count as usize >= MIN_GPUS,
-        "needs {MIN_GPUS} GPUs, found {count}"
-    );
+    assert!(count >= 1, "needs a GPU, found none");
     count as usize
+}
+
+/// The marker of a test that passed without running because this host cannot give what it needs: the
+/// GPU runner counts each such line as a SKIP row. Never a silent pass.
+pub const SKIP: &str = "SKIP ";
+
+/// Prints `SKIP <test>: <reason>` (see [`SKIP`]).
+pub fn skip(test: &str, reason: &str) {
+    println!("{SKIP}{test}: {reason}");
+}
+
+/// The GPU count for a test that drives `need` or more GPUs from one process: `None`, with the skip
+/// line printed, when this host has fewer.
+pub fn gpus_in_one_process(test: &str, need: usize) -> Option<usize> {
+    let found = gpus();
+    if found < need {
+        skip(
+            test,
+            &format!("needs {need} GPUs in one process, found {found}"),
+        );
+        return None;
+    }
+    Some(found)
 }
 
 /// The marker of a measured figure in a test's output (a bound, a count): the GPU runner lists every

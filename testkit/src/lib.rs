@@ -1,13 +1,18 @@
 //! What metrale-gpu-sys's GPU suite (`tests/gpu/`) and fault suite (`tests/faults/`) share, and the
 //! benchmark's host-side number formats. Not published: it is test support, not API.
 //!
-//! - [`gpu`]: the preamble every GPU test runs first ([`gpu::gpus`]) and the driver table.
+//! - [`gpu`]: the preamble every GPU test runs first ([`gpu::gpus`]), the driver table, and the
+//!   visible skip line ([`gpu::skip`]).
 //! - [`devbuf`]: device buffers whose copies are queued on the caller's stream.
 //! - [`world`]: one communicator and one stream per GPU, driven from one thread; groups and polling.
+//! - [`ranks`]: one process per rank: a test runs itself once per rank, placed by [`placement`], and
+//!   the ranks exchange unique ids through files; every wait bounded.
 //! - [`child`]: the test binary run again as a child process (a rank, a peer to kill, a crash to contain).
 //! - [`hex`]: bytes as hex and back (unique ids in variables and text protocols).
 //! - [`codec`]: fp16, bf16, fp8 e4m3 and e5m2 to and from `f64`, rounded as CUDA rounds.
 //! - [`op`]: NCCL's built-in reduction operations and their host-side reference.
+//! - [`placement`]: where each rank of a multi-process test runs: R ranks over G GPUs, simulated hosts
+//!   where ranks share a GPU (`METRALE_TEST_RANKS`, `METRALE_TEST_PLACEMENT`).
 //! - [`launcher`]: the multi-process examples' placement (flags, torchrun, Slurm, Open MPI, PMI) and
 //!   their connection to rank 0.
 
@@ -18,4 +23,6 @@ pub mod gpu;
 pub mod hex;
 pub mod launcher;
 pub mod op;
+pub mod placement;
+pub mod ranks;
 pub mod world;

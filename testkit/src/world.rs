@@ -1,5 +1,8 @@
-//! Communicators driven from one thread, one per GPU, each with a stream of its device; and the group
-//! and polling steps that every multi-rank call in the suites goes through.
+//! The communicators one process drives, each with a stream of its device: every GPU from one thread
+//! (`ncclCommInitAll`, a group of `ncclCommInitRank`), or the one rank of a process of its own
+//! ([`crate::ranks`]); and the group and polling steps that every multi-rank call in the suites goes
+//! through. A world knows its communicators' size and each one's rank in it, so that a test written over
+//! a world computes every rank's input and checks the ranks it drives, however many that is.
 
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -7,11 +10,15 @@ use std::time::{Duration, Instant};
 use metrale_gpu_sys::cuda::{self, CUstream};
 use metrale_gpu_sys::nccl::*;
 
-/// One communicator per rank, all driven by this thread, each with a stream of its device.
+/// The communicators this thread drives (local index `i`), each with a stream of its device.
 pub struct World {
     pub comms: Vec<NcclComm>,
+    /// `ncclCommUserRank` of each communicator.
+    pub ranks: Vec<usize>,
     pub devs: Vec<i32>,
     pub streams: Vec<CUstream>,
+    /// `ncclCommCount` of the communicators (0 for a world of none).
+    pub size: usize,
     /// `false` for communicators made with `blocking = 0`: calls may return `ncclInProgress`.
     pub blocking: bool,
     /// How often a call or group returned `ncclInProgress` (non-blocking communicators).
@@ -68,9 +75,11 @@ impl World {
     }
 
     /// Takes over communicators made elsewhere (e.g. by a split): one new stream per rank, on the device
-    /// the communicator reports.
+    /// the communicator reports. They must be communicators of one size (`ncclCommCount`).
     pub fn from_comms(comms: Vec<NcclComm>, blocking: bool) -> World {
         let mut world = World {
+            ranks: Vec::new(),
+            size: 0,
             devs: Vec::new(),
             streams: Vec::new(),
             comms,
@@ -78,6 +87,17 @@ impl World {
             in_progress_seen: Cell::new(0),
         };
         for r in 0..world.comms.len() {
+            let (size, rank) = (
+                world.query(r, ncclCommCount, "ncclCommCount"),
+                world.query(r, ncclCommUserRank, "ncclCommUserRank"),
+            );
+            assert!(
+                r == 0 || size as usize == world.size,
+                "a world of communicators of different sizes ({} and {size})",
+                world.size
+            );
+            world.size = size as usize;
+            world.ranks.push(rank as usize);
             let dev = world.device(r);
             world.devs.push(dev);
             world
@@ -87,20 +107,29 @@ impl World {
         world
     }
 
+    /// How many communicators this process drives (all ranks from one thread; 1 in a rank's process).
     pub fn n(&self) -> usize {
         self.comms.len()
     }
 
-    /// `ncclCommCuDevice` of rank r.
-    pub fn device(&self, r: usize) -> i32 {
-        let mut dev = -1;
-        // SAFETY: a live communicator; writes one int.
-        check_nccl(
-            unsafe { ncclCommCuDevice(self.comms[r], &mut dev) },
-            "ncclCommCuDevice",
-        )
-        .expect("ncclCommCuDevice");
-        dev
+    /// `ncclCommCuDevice` of the communicator at local index `i`.
+    pub fn device(&self, i: usize) -> i32 {
+        self.query(i, ncclCommCuDevice, "ncclCommCuDevice")
+    }
+
+    /// One of NCCL's int queries (`ncclCommCount`, `ncclCommCuDevice`, `ncclCommUserRank`) of the
+    /// communicator at local index `i`.
+    fn query(
+        &self,
+        i: usize,
+        call: unsafe extern "C" fn(NcclComm, *mut i32) -> NcclResult,
+        name: &str,
+    ) -> i32 {
+        let mut value = -1;
+        // SAFETY: a live communicator this world holds; the query writes one int.
+        check_nccl(unsafe { call(self.comms[i], &mut value) }, name)
+            .unwrap_or_else(|e| panic!("{name} of a live communicator: {e}"));
+        value
     }
 
     /// For non-blocking communicators: polls `ncclCommGetAsyncError` until no rank is in progress.
@@ -130,6 +159,7 @@ impl World {
     /// Gives the communicators up without destroying them (a test finalized, destroyed or aborted them).
     pub fn forget_comms(&mut self) {
         self.comms.clear();
+        self.ranks.clear();
     }
 }
 
