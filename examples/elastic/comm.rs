@@ -56,6 +56,8 @@ struct Watch<'a> {
     work: CommWork,
     who: &'a Membership,
     gen: u64,
+    /// An idle communicator: nothing to finish, so the news comes first.
+    idle: bool,
     given_up_at: Option<Instant>,
 }
 
@@ -68,6 +70,7 @@ impl<'a> Watch<'a> {
             work: unsafe { CommWork::new(comm, stream) },
             who,
             gen,
+            idle: false,
             given_up_at: None,
         }
     }
@@ -100,14 +103,14 @@ impl<'a> Watch<'a> {
 
 impl Watched for Watch<'_> {
     fn poll(&mut self) -> Poll {
+        let news = |watch: &Self| watch.who.lost(watch.gen).map(Poll::Cancel);
+        if self.idle {
+            return news(self).unwrap_or_else(|| self.work.poll());
+        }
         // Completion first: a rank that finished its last round may exit before this poll sees it.
         match self.work.poll() {
-            Poll::Running => {}
-            other => return other,
-        }
-        match self.who.lost(self.gen) {
-            Some(why) => Poll::Cancel(why),
-            None => Poll::Running,
+            Poll::Running => news(self).unwrap_or(Poll::Running),
+            other => other,
         }
     }
 
@@ -293,6 +296,7 @@ pub fn give_up_idle(
     let start = Instant::now();
     // SAFETY: the rank's idle communicator, used by this thread alone.
     let mut watch = unsafe { Watch::new(comm, None, who, gen) };
+    watch.idle = true;
     match Watchdog::revoke_after(deadline).wait(&mut [&mut watch], "the idle communicator") {
         Ok(()) => Err(format!(
             "generation {gen} was declared lost, but its idle communicator had nothing to give up"
