@@ -15,8 +15,11 @@
 //! - `coordinator`: 4 ranks, rank 0 killed in the steady loop: every other rank must end with the
 //!   example's clear error (rank 0 is gone) within twice the deadline.
 //!
-//! Runs per scenario: `METRALE_ELASTIC_RUNS`, else 5 for the RxD ones and 3 for the others. Every run
-//! must end as the scenario says; the times are printed per run and per rank count (median, worst).
+//! One test per scenario (`two_ranks_one_killed` .. `coordinator_killed`), each within the GPU
+//! runner's per-test limit; a scenario the variable leaves out prints a SKIP line. Runs per scenario:
+//! `METRALE_ELASTIC_RUNS`, else 5 for the RxD ones and 3 for the others. Every run must end as the
+//! scenario says; the times are printed per run and, per scenario, their median and worst (MEASURED
+//! lines, which the runner's summary lists).
 //! The example is found through `METRALE_ELASTIC_BIN`, else at `<this test binary's dir>/../examples/
 //! elastic` (`cargo build --release --example elastic` puts it there).
 
@@ -27,7 +30,7 @@ use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use metrale_gpu_testkit::child::{self, Child};
-use metrale_gpu_testkit::gpu::{gpus, measured};
+use metrale_gpu_testkit::gpu::{gpus, measured, skip};
 use metrale_gpu_testkit::placement::{Mode, Plan};
 
 /// The example's `--deadline`: how long a collective may hang before the survivors give up on it.
@@ -111,13 +114,9 @@ impl Scenario {
     }
 }
 
-/// The scenarios `METRALE_ELASTIC_SCENARIOS` names (all by default), each with its run count.
-fn chosen() -> Vec<(Scenario, usize)> {
-    let runs = std::env::var(RUNS_VAR).ok().map(|v| {
-        v.trim()
-            .parse::<usize>()
-            .unwrap_or_else(|_| panic!("{RUNS_VAR}={v:?} is not a number of runs"))
-    });
+/// How many runs of `scenario` to make: 0 where `METRALE_ELASTIC_SCENARIOS` (a comma list; all when
+/// unset) does not name it, else `METRALE_ELASTIC_RUNS` or its default.
+fn runs_of(scenario: Scenario) -> usize {
     let names = std::env::var(SCENARIOS_VAR).unwrap_or_default();
     let wanted: Vec<&str> = names
         .split(',')
@@ -131,10 +130,16 @@ fn chosen() -> Vec<(Scenario, usize)> {
             ALL.map(Scenario::name).join(", ")
         );
     }
-    ALL.iter()
-        .filter(|s| wanted.is_empty() || wanted.contains(&s.name().as_str()))
-        .map(|&s| (s, runs.unwrap_or(s.default_runs())))
-        .collect()
+    if !wanted.is_empty() && !wanted.contains(&scenario.name().as_str()) {
+        return 0;
+    }
+    match std::env::var(RUNS_VAR) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{RUNS_VAR}={v:?} is not a number of runs")),
+        Err(_) => scenario.default_runs(),
+    }
 }
 
 fn elastic_bin() -> PathBuf {
@@ -485,65 +490,81 @@ fn spread(mut values: Vec<f64>) -> String {
     }
 }
 
-#[test]
-#[ignore = "needs a GPU and the elastic example"]
-fn elastic_recovers_whichever_signal_comes_first() {
+/// `scenario`'s runs, one after another: each must end as the scenario says; the times per run (the
+/// runner's MEASURED lines) and their median and worst.
+fn run_scenario(scenario: Scenario) {
+    let test = format!("elastic {}", scenario.name());
+    let runs = runs_of(scenario);
+    if runs == 0 {
+        skip(
+            &test,
+            &format!("{SCENARIOS_VAR} does not name {}", scenario.name()),
+        );
+        return;
+    }
     let gpus = gpus();
     let bin = elastic_bin();
     let mut failures = Vec::new();
-    let mut table = Vec::new();
-    for (scenario, runs) in chosen() {
-        let mut rows: Vec<Times> = Vec::new();
-        for run in 1..=runs {
-            let start = Instant::now();
-            match one_run(&bin, scenario, run, gpus) {
-                Ok(Some(t)) => {
-                    measured(&format!(
-                        "elastic {} run {run}: detect {:.1} ms ({}), revoke {:.1} ms, agree {:.1} ms, {} {:.1} ms, \
-                         grow {:.1} ms, {} round(s), {:.1} s in all",
-                        scenario.name(),
-                        t.detect_ms,
-                        t.how,
-                        t.revoke_ms,
-                        t.agree_ms,
-                        t.made_by,
-                        t.shrink_ms,
-                        t.grow_ms,
-                        t.rounds,
-                        start.elapsed().as_secs_f64()
-                    ));
-                    rows.push(t);
-                }
-                Ok(None) => println!("elastic {} run {run}: ok", scenario.name()),
-                Err(e) => failures.push(format!("{} run {run}: {e}", scenario.name())),
+    let mut rows: Vec<Times> = Vec::new();
+    for run in 1..=runs {
+        let start = Instant::now();
+        match one_run(&bin, scenario, run, gpus) {
+            Ok(Some(t)) => {
+                measured(&format!(
+                    "{test} run {run}: detect {:.1} ms ({}), revoke {:.1} ms, agree {:.1} ms, {} {:.1} ms, grow \
+                     {:.1} ms, {} round(s), {:.1} s in all",
+                    t.detect_ms,
+                    t.how,
+                    t.revoke_ms,
+                    t.agree_ms,
+                    t.made_by,
+                    t.shrink_ms,
+                    t.grow_ms,
+                    t.rounds,
+                    start.elapsed().as_secs_f64()
+                ));
+                rows.push(t);
             }
-        }
-        if !rows.is_empty() {
-            table.push(format!(
-                "| {} | {} | {} ({}) | {} | {} | {} ({}) | {} |",
-                scenario.name(),
-                rows.len(),
-                spread(rows.iter().map(|t| t.detect_ms).collect()),
-                rows.iter()
-                    .map(|t| t.how.as_str())
-                    .collect::<Vec<_>>()
-                    .join(","),
-                spread(rows.iter().map(|t| t.revoke_ms).collect()),
-                spread(rows.iter().map(|t| t.agree_ms).collect()),
-                spread(rows.iter().map(|t| t.shrink_ms).collect()),
-                rows.iter()
-                    .map(|t| t.made_by.as_str())
-                    .collect::<Vec<_>>()
-                    .join(","),
-                spread(rows.iter().map(|t| t.grow_ms).collect()),
-            ));
+            Ok(None) => println!("{test} run {run}: ok"),
+            Err(e) => failures.push(format!("run {run}: {e}")),
         }
     }
-    println!(
-        "\n| scenario | runs | detect ms, median / worst (by) | revoke | agree | shrink (by) | grow |\n| --- | --- | --- | --- | --- | --- | --- |"
-    );
-    for row in &table {
-        println!("{row}");
+    let ok = runs - failures.len();
+    measured(&format!("{test}: {ok} of {runs} runs as promised"));
+    if !rows.is_empty() {
+        let joined = |f: fn(&Times) -> &str| rows.iter().map(f).collect::<Vec<_>>().join(",");
+        measured(&format!(
+            "{test} median / worst: detect {} ms (by {}), revoke {} ms, agree {} ms, shrink {} ms (by {}), grow {} ms",
+            spread(rows.iter().map(|t| t.detect_ms).collect()),
+            joined(|t| &t.how),
+            spread(rows.iter().map(|t| t.revoke_ms).collect()),
+            spread(rows.iter().map(|t| t.agree_ms).collect()),
+            spread(rows.iter().map(|t| t.shrink_ms).collect()),
+            joined(|t| &t.made_by),
+            spread(rows.iter().map(|t| t.grow_ms).collect()),
+        ));
     }
-    assert!(failures.is_empty(), "elastic:\n{}", failures.join("\n"));
+    assert!(failures.is_empty(), "{test}:\n{}", failures.join("\n"));
+}
+
+macro_rules! scenarios {
+    ($($name:ident: $scenario:expr;)*) => {$(
+        #[test]
+        #[ignore = "needs a GPU and the elastic example"]
+        fn $name() {
+            run_scenario($scenario);
+        }
+    )*};
+}
+
+scenarios! {
+    two_ranks_one_killed: Scenario::Deaths { ranks: 2, deaths: 1 };
+    three_ranks_one_killed: Scenario::Deaths { ranks: 3, deaths: 1 };
+    four_ranks_one_killed: Scenario::Deaths { ranks: 4, deaths: 1 };
+    four_ranks_two_killed: Scenario::Deaths { ranks: 4, deaths: 2 };
+    eight_ranks_one_killed: Scenario::Deaths { ranks: 8, deaths: 1 };
+    eight_ranks_three_killed: Scenario::Deaths { ranks: 8, deaths: 3 };
+    killed_during_shrink: Scenario::DuringShrink;
+    killed_during_grow: Scenario::DuringGrow;
+    coordinator_killed: Scenario::Coordinator;
 }
