@@ -62,8 +62,13 @@ fn run() -> Result<(), String> {
     }
     let target = required("TARGET")?;
     let host = required("HOST")?;
+    // This repository (not a published copy, which lacks ci/setup): ci/setup's folder is searched too.
+    let deps = manifest_dir
+        .join("ci/setup")
+        .is_file()
+        .then(|| manifest_dir.join(".deps"));
     let places = find::Places::new(
-        &manifest_dir,
+        deps.as_deref(),
         &pinned_nccl(),
         &target.to_string_lossy(),
         &host.to_string_lossy(),
