@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use crate::{driver_table, layout, snapshot, Inputs};
+use crate::{bindgen_panic, driver_table, layout, snapshot, Inputs};
 
 /// The `cuda.h` types the helpers name (with what they refer to).
 const DRIVER_TYPES: &str =
@@ -15,8 +15,7 @@ const DRIVER_TYPES: &str =
     |CUstream_flags(_enum)?|CUevent_flags(_enum)?|CUstreamCaptureMode(_enum)?";
 
 /// Writes `bindings.rs`, `cuda_driver.rs` and `facts.rs`; on failure, one message saying what to check
-/// (clang's own diagnostics precede it). bindgen panics when it cannot load libclang: that becomes the same
-/// kind of message; any other panic is reported as what it is.
+/// (clang's own diagnostics precede it). A panic in bindgen becomes a message too (`bindgen_panic`).
 pub fn generate(inputs: &Inputs) -> Result<(), String> {
     let location = std::sync::Arc::new(std::sync::Mutex::new(None));
     let previous = std::panic::take_hook();
@@ -33,20 +32,8 @@ pub fn generate(inputs: &Inputs) -> Result<(), String> {
             .cloned()
             .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
             .unwrap_or_default();
-        if why.contains("libclang") {
-            return Err(format!(
-                "bindgen failed: {why}\nbindgen needs libclang: `apt-get install libclang-dev`, or set \
-                 LIBCLANG_PATH to the directory holding libclang.so; or build with the committed bindings \
-                 (`default-features = false, features = [\"bundled-bindings\"]`), which need no libclang."
-            ));
-        }
         let location = location.lock().unwrap_or_else(|p| p.into_inner()).take();
-        Err(format!(
-            "bindgen panicked at {}: {why}\nThat is a bug in bindgen or in how build/bindings.rs calls it, \
-             not a problem with the headers found: please report it, with the NCCL and CUDA versions this \
-             build found.",
-            location.as_deref().unwrap_or("an unknown place")
-        ))
+        Err(bindgen_panic::message(&why, location.as_deref()))
     })
 }
 
@@ -187,7 +174,8 @@ fn bindgen_failed(e: bindgen::BindgenError) -> String {
         "bindgen could not translate wrapper.h: {e}\n\
          The messages above are clang's. Usual causes: CUDA headers without crt/ (pip: nvidia-cuda-crt) or \
          without cccl/nv/target (pip: nvidia-cuda-cccl), or an nccl.h from another toolkit generation. \
-         ci/setup installs a matching set."
+         NVIDIA's wheels nvidia-cuda-runtime, nvidia-cuda-crt and nvidia-cuda-cccl of one version are a \
+         matching set (in this repository, ci/setup installs them)."
     )
 }
 

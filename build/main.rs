@@ -4,6 +4,8 @@
 //! Any failure ends the build with one message on stderr: what is missing, where it looked, how to fix it.
 
 #[cfg(feature = "bindgen")]
+mod bindgen_panic;
+#[cfg(feature = "bindgen")]
 mod bindings;
 #[cfg(feature = "bindgen")]
 mod driver_table;
@@ -143,7 +145,7 @@ fn use_snapshot(
         return Err(format!(
             "the bundled bindings (feature `bundled-bindings`) were made from CUDA {}.{} headers, but the \
              headers found are CUDA {}.{} ({}): the driver table and the driver version check follow the \
-             headers' major version. Point the build at CUDA {} headers (ci/setup), or drop the feature so \
+             headers' major version. Point the build at CUDA {} headers (CUDA_HOME), or drop the feature so \
              bindgen translates the headers found.",
             bundled_cuda / 1000,
             bundled_cuda % 1000 / 10,
