@@ -49,7 +49,7 @@ fn run(inputs: &Inputs) -> Result<(), String> {
         // Written by hand in src/: CUresult prints its name, the unique id its bytes in hex.
         .no_debug("cudaError_enum|ncclUniqueId");
     let bindings = write(nccl, &inputs.out_dir.join("bindings.rs"))?;
-    let sizes = layout::filled_struct_sizes(&bindings)?;
+    let sizes = layout::filled_struct_sizes(&bindings, inputs.filled)?;
     let facts = snapshot::facts(inputs.nccl, inputs.cuda, &sizes);
     write_text(&inputs.out_dir.join("facts.rs"), &facts)?;
 

@@ -1,17 +1,13 @@
 //! The sizes bindgen's layout tests state for the structs the shim fills, read from its output by syn:
 //! what `bundled-bindings` has the shim check the C compiler's `sizeof` against (`src/snapshot/facts.rs`).
 
-/// The structs the shim fills from NCCL's initializer macros (shim/shim.c), by their C typedef names.
-const FILLED_STRUCTS: [&str; 4] = [
-    "ncclConfig_t",
-    "ncclSimInfo_t",
-    "ncclCollConfig_t",
-    "ncclEncryptionConfig_t",
-];
-
-/// Each of `FILLED_STRUCTS` with the size bindgen gave its Rust type, 0 where the headers declare none.
-pub fn filled_struct_sizes(bindings: &syn::File) -> Result<Vec<(&'static str, usize)>, String> {
-    FILLED_STRUCTS
+/// Each of the structs the shim fills (`filled`, by C typedef name) with the size bindgen gave its Rust
+/// type, 0 where the headers declare none.
+pub fn filled_struct_sizes<'a>(
+    bindings: &syn::File,
+    filled: &[&'a str],
+) -> Result<Vec<(&'a str, usize)>, String> {
+    filled
         .iter()
         .map(|&c_name| match rust_struct(bindings, c_name) {
             None => Ok((c_name, 0)),

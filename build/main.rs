@@ -99,6 +99,7 @@ fn run() -> Result<(), String> {
             out_dir: &out_dir,
             nccl,
             cuda,
+            filled: &snapshot::FILLED_STRUCTS,
         })?;
         String::new()
     };
@@ -165,7 +166,7 @@ fn use_snapshot(
     }
     shim.define("METRALE_BUNDLED_BINDINGS", None);
     let mut sizes = Vec::new();
-    for &(c_name, size) in snapshot.filled_struct_sizes() {
+    for (c_name, size) in snapshot.filled_struct_sizes(&snapshot::FILLED_STRUCTS) {
         shim.define(
             &format!("METRALE_SNAPSHOT_SIZEOF_{c_name}"),
             size.to_string().as_str(),
@@ -202,9 +203,10 @@ struct Inputs<'a> {
     shim_header: &'a Path,
     include_dirs: &'a [PathBuf],
     out_dir: &'a Path,
-    /// The headers' versions, recorded beside the bindings (`facts.rs`).
+    /// The headers' versions and the structs the shim fills, recorded beside the bindings (`facts.rs`).
     nccl: NcclVersion,
     cuda: u32,
+    filled: &'a [&'a str],
 }
 
 #[cfg(feature = "bindgen")]

@@ -13,6 +13,14 @@ mod recorded {
     include!("../src/snapshot/facts.rs");
 }
 
+/// The structs the shim fills from NCCL's initializer macros (shim/shim.c), by their C typedef names.
+pub const FILLED_STRUCTS: [&str; 4] = [
+    "ncclConfig_t",
+    "ncclSimInfo_t",
+    "ncclCollConfig_t",
+    "ncclEncryptionConfig_t",
+];
+
 pub struct Snapshot {
     pub dir: PathBuf,
 }
@@ -31,10 +39,20 @@ impl Snapshot {
         Ok((recorded::NCCL, recorded::CUDA_VERSION))
     }
 
-    /// The size of each struct the shim fills as the snapshot's Rust type has it, 0 for a type the
-    /// snapshot does not declare: what the shim checks the C compiler's sizeof against.
-    pub fn filled_struct_sizes(&self) -> &'static [(&'static str, usize)] {
-        &recorded::FILLED_STRUCT_SIZES
+    /// The size of each struct the shim fills (`filled`, by C typedef name) as the snapshot's Rust type has
+    /// it (recorded from bindgen's layout tests), 0 for a type the snapshot does not declare: what the shim
+    /// checks the C compiler's sizeof against.
+    pub fn filled_struct_sizes<'a>(&self, filled: &[&'a str]) -> Vec<(&'a str, usize)> {
+        filled
+            .iter()
+            .map(|&c_name| {
+                let size = recorded::FILLED_STRUCT_SIZES
+                    .iter()
+                    .find(|(name, _)| *name == c_name)
+                    .map_or(0, |(_, size)| *size);
+                (c_name, size)
+            })
+            .collect()
     }
 }
 
