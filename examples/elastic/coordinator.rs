@@ -14,7 +14,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::membership::{lock, shared, wait_until, Order, Shared};
+use crate::membership::{lock, shared, wait_until, NewId, Order, Shared};
 use crate::protocol::{rank_list, Held, How, Message, Plan};
 
 /// A member of the current generation, in rank order; rank 0 itself has no connection.
@@ -190,7 +190,7 @@ impl Coordinator {
         gen: u64,
         mine: Held,
         report_bound: Duration,
-        new_id: &mut dyn FnMut() -> Result<String, String>,
+        new_id: NewId,
     ) -> Result<Plan, String> {
         let deadline = Instant::now() + report_bound;
         {
@@ -273,12 +273,7 @@ impl Coordinator {
     /// After a recovery below full size: waits (up to `timeout`) for as many replacements as the first
     /// world lacks, then tells the members to grow and each replacement its rank, in order; or, if
     /// generation `gen` is lost meanwhile, says so. `grow_id` makes the grow's unique id.
-    pub fn await_grow(
-        &self,
-        gen: u64,
-        timeout: Duration,
-        grow_id: &mut dyn FnMut() -> Result<String, String>,
-    ) -> Result<Order, String> {
+    pub fn await_grow(&self, gen: u64, timeout: Duration, grow_id: NewId) -> Result<Order, String> {
         let need = {
             let r = lock(&self.roster);
             r.world.saturating_sub(r.members.len())

@@ -49,6 +49,9 @@ pub fn wait_until<T>(
     }
 }
 
+/// Makes a unique id (hex) for a new communicator or a grow: rank 0's NCCL, a fake in the tests.
+pub type NewId<'a> = &'a mut dyn FnMut() -> Result<String, String>;
+
 /// What a rank below full size does next.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Order {
@@ -81,7 +84,7 @@ impl Membership {
         gen: u64,
         held: Held,
         bounds: &Bounds,
-        new_id: &mut dyn FnMut() -> Result<String, String>,
+        new_id: NewId,
     ) -> Result<Plan, String> {
         match self {
             Membership::Coordinator(c) => c.recover(gen, held, bounds.report, new_id),
@@ -91,12 +94,7 @@ impl Membership {
 
     /// On generation `gen` below full size: the grow (rank 0 waits up to `timeout` for replacements and
     /// makes the grow id with `grow_id`), or the news that `gen` was lost meanwhile.
-    pub fn await_grow(
-        &self,
-        gen: u64,
-        timeout: Duration,
-        grow_id: &mut dyn FnMut() -> Result<String, String>,
-    ) -> Result<Order, String> {
+    pub fn await_grow(&self, gen: u64, timeout: Duration, grow_id: NewId) -> Result<Order, String> {
         match self {
             Membership::Coordinator(c) => c.await_grow(gen, timeout, grow_id),
             Membership::Member(m) => m.await_grow(gen, timeout),
@@ -168,23 +166,28 @@ mod tests {
         Err("no new id expected".into())
     }
 
-    /// Every member reports `held` on generation `gen` in a thread of its own; their plans, by rank.
-    fn report_all(
+    /// Rank 0 (holding `own`) and `members` (holding `held`, each in a thread of its own) recover
+    /// generation `gen` together: rank 0's plan, then the members' plans in rank order.
+    fn recover_all(
+        c: &Coordinator,
+        (gen, own): (u64, Held),
         members: &[Client],
-        gen: u64,
         held: &[Held],
         b: Bounds,
-    ) -> Vec<Result<Plan, String>> {
+        new_id: NewId,
+    ) -> (Result<Plan, String>, Vec<Result<Plan, String>>) {
         std::thread::scope(|s| {
             let handles: Vec<_> = members
                 .iter()
                 .zip(held)
                 .map(|(m, &h)| s.spawn(move || m.recover(gen, h, b.plan)))
                 .collect();
-            handles
+            let own = c.recover(gen, own, b.report, new_id);
+            let theirs = handles
                 .into_iter()
                 .map(|h| h.join().expect("no panic"))
-                .collect()
+                .collect();
+            (own, theirs)
         })
     }
 
@@ -212,11 +215,14 @@ mod tests {
         }
         assert!(c.lost(0).is_some());
         let b = bounds(200);
-        let (own, theirs) = std::thread::scope(|s| {
-            let own = s.spawn(|| c.recover(0, Held::Revoked, b.report, &mut no_id));
-            let theirs = report_all(&members, 0, &[Held::Revoked; 2], b);
-            (own.join().expect("no panic"), theirs)
-        });
+        let (own, theirs) = recover_all(
+            &c,
+            (0, Held::Revoked),
+            &members,
+            &[Held::Revoked; 2],
+            b,
+            &mut no_id,
+        );
         let shrink = How::Shrink { exclude: vec![2] };
         let plan = |rank| Plan {
             gen: 1,
@@ -241,17 +247,19 @@ mod tests {
         drop(members.pop()); // rank 2
         let b = bounds(200);
         let mut ids = 0;
-        let (own, theirs) = std::thread::scope(|s| {
-            let own = s.spawn(|| {
-                c.recover(0, Held::Revoked, b.report, &mut || {
-                    ids += 1;
-                    Ok("beef".to_string())
-                })
-            });
-            // Rank 1 heard of the death from NCCL first: its communicator was aborted.
-            let theirs = report_all(&members, 0, &[Held::Aborted], b);
-            (own.join().expect("no panic"), theirs)
-        });
+        let mut new_id = || {
+            ids += 1;
+            Ok("beef".to_string())
+        };
+        // Rank 1 heard of the death from NCCL first: its communicator was aborted.
+        let (own, theirs) = recover_all(
+            &c,
+            (0, Held::Revoked),
+            &members,
+            &[Held::Aborted],
+            b,
+            &mut new_id,
+        );
         assert_eq!(ids, 1, "one id for all");
         let init = How::Init { id: "beef".into() };
         assert_eq!(
@@ -280,12 +288,15 @@ mod tests {
         drop(members.remove(0)); // rank 1 dies
         let b = bounds(100); // report bound: 1.2 s
         let start = Instant::now();
-        let (own, theirs) = std::thread::scope(|s| {
-            let own = s.spawn(|| c.recover(0, Held::Revoked, b.report, &mut no_id));
-            // Rank 2 reports; rank 3 never does (hung in a call, say).
-            let theirs = report_all(&members[..1], 0, &[Held::Revoked], b);
-            (own.join().expect("no panic"), theirs)
-        });
+        // Rank 2 reports; rank 3 never does (hung in a call, say).
+        let (own, theirs) = recover_all(
+            &c,
+            (0, Held::Revoked),
+            &members[..1],
+            &[Held::Revoked],
+            b,
+            &mut no_id,
+        );
         let took = start.elapsed();
         assert!(
             took >= b.report && took < b.report + Duration::from_secs(2),
@@ -321,23 +332,29 @@ mod tests {
         let (c, mut members, _) = world(4);
         drop(members.remove(2)); // rank 3
         let b = bounds(200);
-        let (own, _) = std::thread::scope(|s| {
-            let own = s.spawn(|| c.recover(0, Held::Revoked, b.report, &mut no_id));
-            let theirs = report_all(&members, 0, &[Held::Revoked; 2], b);
-            (own.join().expect("no panic"), theirs)
-        });
+        let (own, _) = recover_all(
+            &c,
+            (0, Held::Revoked),
+            &members,
+            &[Held::Revoked; 2],
+            b,
+            &mut no_id,
+        );
         assert_eq!(own.map(|p| p.gen), Ok(1));
         // Rank 1 dies during the shrink to generation 1: generation 1 is lost, for everyone.
         drop(members.remove(0));
         let why = wait_for("the survivor hears of it", || members[0].lost(1));
         assert!(why.contains("rank 1 of generation 1 died"), "{why}");
         // The survivors' shrink was aborted: a new id this time, rank 1 of generation 1 left out.
-        let (own, theirs) = std::thread::scope(|s| {
-            let own =
-                s.spawn(|| c.recover(1, Held::Aborted, b.report, &mut || Ok("cafe".to_string())));
-            let theirs = report_all(&members, 1, &[Held::Aborted], b);
-            (own.join().expect("no panic"), theirs)
-        });
+        let mut new_id = || Ok("cafe".to_string());
+        let (own, theirs) = recover_all(
+            &c,
+            (1, Held::Aborted),
+            &members,
+            &[Held::Aborted],
+            b,
+            &mut new_id,
+        );
         let init = How::Init { id: "cafe".into() };
         assert_eq!(
             own.map(|p| (p.gen, p.size, p.how)),
@@ -352,11 +369,14 @@ mod tests {
         drop(members.remove(2)); // rank 3
         drop(members.remove(0)); // rank 1
         let b = bounds(200);
-        let (own, _) = std::thread::scope(|s| {
-            let own = s.spawn(|| c.recover(0, Held::Revoked, b.report, &mut no_id));
-            let theirs = report_all(&members, 0, &[Held::Revoked], b);
-            (own.join().expect("no panic"), theirs)
-        });
+        let (own, _) = recover_all(
+            &c,
+            (0, Held::Revoked),
+            &members,
+            &[Held::Revoked],
+            b,
+            &mut no_id,
+        );
         assert_eq!(own.map(|p| p.size), Ok(2));
         // Two replacements at once; rank 0 and the survivor wait for the grow.
         let (order, member_order, joined) = std::thread::scope(|s| {
@@ -387,11 +407,15 @@ mod tests {
         let (c, mut members, _) = world(3);
         drop(members.remove(1)); // rank 2
         let b = bounds(200);
-        std::thread::scope(|s| {
-            let own = s.spawn(|| c.recover(0, Held::Revoked, b.report, &mut no_id));
-            report_all(&members, 0, &[Held::Revoked], b);
-            own.join().expect("no panic").expect("plan");
-        });
+        let (own, _) = recover_all(
+            &c,
+            (0, Held::Revoked),
+            &members,
+            &[Held::Revoked],
+            b,
+            &mut no_id,
+        );
+        own.expect("plan");
         let order = std::thread::scope(|s| {
             let waiting = s.spawn(|| c.await_grow(1, T, &mut || Err("no grow expected".into())));
             std::thread::sleep(Duration::from_millis(100));

@@ -221,15 +221,8 @@ fn an_aborted_comm_work_never_calls_nccl_again() {
         let err = Watchdog::revoke_after(Duration::from_millis(20))
             .wait(&mut [&mut work], "all-reduce")
             .expect_err("never done");
-        let WaitError::Timeout {
-            gave_up: GiveUp::Abort,
-            abort_error: Some(why),
-            ..
-        } = &err
-        else {
-            panic!("{err:?}")
-        };
-        assert!(matches!(**why, GiveUpError::NotQuiescent { .. }), "{why:?}");
+        let why = crate::why_aborted(&err);
+        assert!(matches!(why, GiveUpError::NotQuiescent { .. }), "{why:?}");
         reuse_after_abort(&mut work, after_abort);
     }
 }

@@ -97,6 +97,24 @@ pub fn nccl_error(code: NcclResult) -> GpuError {
     check_nccl(code, "ncclCommGetAsyncError").expect_err("a failure code")
 }
 
+/// Why a revoking wait aborted instead: `err` gave up by aborting, and says what made it.
+#[cfg(nccl_2_29)]
+pub fn why_aborted(err: &WaitError) -> &GiveUpError {
+    match err {
+        WaitError::Timeout {
+            gave_up: GiveUp::Abort,
+            abort_error: Some(why),
+            ..
+        }
+        | WaitError::Failed {
+            gave_up: GiveUp::Abort,
+            abort_error: Some(why),
+            ..
+        } => why,
+        _ => panic!("no abort with a reason: {err:?}"),
+    }
+}
+
 pub fn wait(fake: &mut Fake, timeout: Duration, context: &str) -> Result<(), WaitError> {
     Watchdog::abort_after(timeout).wait(&mut [fake], context)
 }
@@ -343,17 +361,11 @@ fn revoking_waits_for_quiescence_and_aborts_what_does_not_quiesce() {
         .expect_err("hangs");
     // The wait's deadline, then the quiescence deadline; 1 s of slack for a loaded machine.
     assert!(start.elapsed() < 2 * timeout + Duration::from_secs(1));
-    let WaitError::Timeout {
-        gave_up: GiveUp::Abort,
-        abort_error: Some(why),
-        ..
-    } = &err
-    else {
-        panic!("{err:?}")
-    };
+    assert!(err.is_timeout(), "{err:?}");
+    let why = why_aborted(&err);
     // The watchdog's own finding, not an NCCL status (nor NCCL's unrelated last-error text).
     assert!(
-        matches!(**why, GiveUpError::NotQuiescent { waited } if waited >= timeout),
+        matches!(*why, GiveUpError::NotQuiescent { waited } if waited >= timeout),
         "{why:?}"
     );
     assert!(
@@ -378,17 +390,10 @@ fn revoking_waits_for_quiescence_and_aborts_what_does_not_quiesce() {
     let err = Watchdog::revoke_after(Duration::from_secs(10))
         .wait(&mut [&mut quiet, &mut failed], "x")
         .expect_err("failed");
-    let WaitError::Failed {
-        gave_up: GiveUp::Abort,
-        abort_error: Some(why),
-        ..
-    } = &err
-    else {
-        panic!("{err:?}")
-    };
+    assert!(err.is_remote(), "{err:?}");
     assert!(
-        matches!(&**why, GiveUpError::FailedAfterRevoke(GpuError::Nccl { code, .. }) if *code == NcclResult::ncclRemoteError),
-        "{why:?}"
+        matches!(why_aborted(&err), GiveUpError::FailedAfterRevoke(GpuError::Nccl { code, .. }) if *code == NcclResult::ncclRemoteError),
+        "{err:?}"
     );
     assert!(
         err.to_string()
@@ -426,15 +431,7 @@ fn revoking_leaves_alone_what_nccl_refused_and_aborts_what_cannot_revoke() {
     let err = Watchdog::revoke_after(Duration::from_millis(20))
         .wait(&mut [&mut plain], "x")
         .expect_err("hangs");
-    let WaitError::Timeout {
-        gave_up: GiveUp::Abort,
-        abort_error: Some(why),
-        ..
-    } = &err
-    else {
-        panic!("{err:?}")
-    };
-    assert_eq!(**why, GiveUpError::CannotRevoke);
+    assert_eq!(why_aborted(&err), &GiveUpError::CannotRevoke);
     assert_eq!(plain.0.aborts, 1);
 }
 
