@@ -7,6 +7,7 @@ use crate::error::GpuError;
 
 /// What one poll of the awaited work found.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Poll {
     /// The work is done.
     Done,

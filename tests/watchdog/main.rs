@@ -82,8 +82,10 @@ impl Watched for Fake {
 }
 
 /// A Watched that only polls and aborts: `Watched::revoke`'s default.
+#[cfg(nccl_2_29)]
 struct NoRevoke(Fake);
 
+#[cfg(nccl_2_29)]
 impl Watched for NoRevoke {
     fn poll(&mut self) -> Poll {
         self.0.poll()
