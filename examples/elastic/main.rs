@@ -1,11 +1,12 @@
-//! Recovering without a restart: ranks all-reduce in a loop; when one dies, the survivors detect it,
-//! revoke the communicator, shrink it to the living ranks and go on; when a replacement arrives, they
-//! grow it back to full size.
+//! Recovering without a restart: ranks all-reduce in a loop; when some die, the survivors agree on who
+//! died, make the communicator of the living (shrink, or init from a new unique id) and go on; when
+//! replacements arrive, they grow it back to full size. The README beside this file says why and how.
 //!
 //! Launched like `multi_process` (the testkit's `launcher`): `--rank R --world-size N --local-rank G
 //! --master HOST:PORT`, or the variables torchrun, srun, mpirun or a PMI launcher set, with
 //! `MASTER_ADDR`/`MASTER_PORT`. A replacement is started with `--join` and its local rank and rank 0's
-//! address, read the same way. `--deadline SECS` (default 5) bounds every collective and every recovery
+//! address, read the same way (rank 0 given port 0 picks one and prints it: `ELASTIC phase=listening
+//! port=P`). `--deadline SECS` (default 5) bounds every collective and every recovery
 //! step (the crate's watchdog, in its revoke mode); `--iters N` (default 100000) ends a run in which
 //! nobody dies.
 //!
