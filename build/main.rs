@@ -6,6 +6,7 @@ mod bindings;
 mod env;
 mod find;
 mod header;
+mod initializers;
 mod snapshot;
 // Shared with the crate (which compares it with the loaded library's version): one definition of the type.
 #[allow(dead_code)] // `from_code` is the crate's
@@ -65,15 +66,16 @@ fn run() -> Result<(), String> {
             found.nccl_step
         );
     }
-    let nccl = header::nccl_version(&found.nccl_include.join("nccl.h"))?;
-    let cuda = header::cuda_version(&found.cuda_include[0].join("cuda.h"))?;
-
     let mut include_dirs = vec![found.nccl_include.clone()];
     include_dirs.extend(found.cuda_include.iter().cloned());
+    let macros = header::Macros::of(&manifest_dir.join("wrapper.h"), &include_dirs)?;
+    let (nccl, cuda) = (macros.nccl_version()?, macros.cuda_version()?);
+    let filled = macros.initializers()?;
+
     let mut shim = cc::Build::new();
     // With `bundled-bindings`: what a failed compile of the shim means.
     let bundled_note = if env::var("CARGO_FEATURE_BUNDLED_BINDINGS").is_some() {
-        use_snapshot(&snapshot, (nccl, cuda), &found, &out_dir, &mut shim)?
+        use_snapshot(&snapshot, (nccl, cuda), &found, &filled, &out_dir, &mut shim)?
     } else {
         generate_bindings(&bindings::Inputs {
             wrapper: &manifest_dir.join("wrapper.h"),
@@ -83,9 +85,12 @@ fn run() -> Result<(), String> {
         })?;
         String::new()
     };
+    // After the snapshot's copy: the shim is compiled for the headers found, and the Rust side follows it.
+    initializers::write(&filled, &out_dir)?;
 
     shim.file(manifest_dir.join("shim/shim.c"))
         .includes(&include_dirs)
+        .include(&out_dir)
         .warnings(true)
         .extra_warnings(true)
         .try_compile("metrale_gpu_shim")
@@ -98,6 +103,7 @@ fn run() -> Result<(), String> {
 
     link_nccl(&found);
     emit_version(nccl, cuda, Some(&found), &out_dir);
+    emit_macros(&macros, &out_dir);
     Ok(())
 }
 
@@ -109,6 +115,7 @@ fn use_snapshot(
     snapshot: &Snapshot,
     (nccl, cuda): (NcclVersion, u32),
     found: &find::Found,
+    filled: &[header::Initializer],
     out_dir: &Path,
     shim: &mut cc::Build,
 ) -> Result<String, String> {
@@ -146,7 +153,8 @@ fn use_snapshot(
     }
     shim.define("METRALE_BUNDLED_BINDINGS", None);
     let mut sizes = Vec::new();
-    for (c_name, size) in snapshot.filled_struct_sizes()? {
+    let types: Vec<&str> = filled.iter().map(|i| i.c_type.as_str()).collect();
+    for (c_name, size) in snapshot.filled_struct_sizes(&types)? {
         shim.define(
             &format!("METRALE_SNAPSHOT_SIZEOF_{c_name}"),
             size.to_string().as_str(),
@@ -214,6 +222,7 @@ fn link_nccl(found: &find::Found) {
 /// Versions for this crate (cfg flags) and for dependents (`DEP_NCCL_*` in their build scripts); where the
 /// headers and library are, unless the bindings come from the snapshot alone (docs.rs).
 fn emit_version(nccl: NcclVersion, cuda: u32, found: Option<&find::Found>, out_dir: &Path) {
+    println!("cargo:rustc-check-cfg=cfg(nccl_macro, values(any()))");
     for minor in NCCL_MINORS {
         println!("cargo:rustc-check-cfg=cfg(nccl_2_{minor})");
         if nccl.major > 2 || (nccl.major == 2 && minor <= nccl.minor) {
@@ -261,6 +270,19 @@ fn emit_version(nccl: NcclVersion, cuda: u32, found: Option<&find::Found>, out_d
         found.cuda_include[0].display()
     );
     println!("cargo:rustc-env=METRALE_CUDA_FOUND_BY={}", found.cuda_step);
+}
+
+/// `cfg(nccl_macro = "NAME")` for each of NCCL's macros the preprocessor saw: code that calls a function a
+/// header may define as a macro instead (2.30+'s `ncclResetDebugInit`) is gated on what the header says.
+/// And for dependents (systest): the initializers the shim turned into `Default`s.
+fn emit_macros(macros: &header::Macros, out_dir: &Path) {
+    for name in macros.nccl_names() {
+        println!("cargo:rustc-cfg=nccl_macro=\"{name}\"");
+    }
+    println!(
+        "cargo:initializers={}",
+        out_dir.join(initializers::RUST_FILE).display()
+    );
 }
 
 /// Reads the environment and pkg-config for `find`.

@@ -7,20 +7,12 @@ use std::path::{Path, PathBuf};
 use crate::header;
 use crate::nccl_version::NcclVersion;
 
-/// The structs the shim fills from NCCL's initializer macros (shim/shim.c), by their C typedef names.
-pub const FILLED_STRUCTS: [&str; 4] = [
-    "ncclConfig_t",
-    "ncclSimInfo_t",
-    "ncclCollConfig_t",
-    "ncclEncryptionConfig_t",
-];
-
 pub struct Snapshot {
     pub dir: PathBuf,
 }
 
 impl Snapshot {
-    const FILES: [&'static str; 2] = ["bindings.rs", "cuda_driver.rs"];
+    const FILES: [&'static str; 3] = ["bindings.rs", "cuda_driver.rs", "initializers.rs"];
 
     /// Puts the snapshot where bindgen's output would go; returns the NCCL and CUDA versions it was made from.
     pub fn install(&self, out_dir: &Path) -> Result<(NcclVersion, u32), String> {
@@ -40,11 +32,12 @@ impl Snapshot {
         Ok((header::read_version(field)?, field("CUDA_VERSION")?))
     }
 
-    /// The size of each of `FILLED_STRUCTS` as the snapshot's Rust type has it (from bindgen's layout
-    /// tests), 0 for a type the snapshot does not declare: what the shim checks the C compiler's sizeof against.
-    pub fn filled_struct_sizes(&self) -> Result<Vec<(&'static str, usize)>, String> {
+    /// The size of each struct the shim fills (`filled`, by C typedef name) as the snapshot's Rust type has
+    /// it (from bindgen's layout tests), 0 for a type the snapshot does not declare: what the shim checks
+    /// the C compiler's sizeof against.
+    pub fn filled_struct_sizes<'a>(&self, filled: &[&'a str]) -> Result<Vec<(&'a str, usize)>, String> {
         let text = self.bindings()?;
-        FILLED_STRUCTS
+        filled
             .iter()
             .map(|&c_name| {
                 // `pub type ncclConfig_t = ncclConfig_v22800;`: bindgen's layout test names the struct.

@@ -817,8 +817,4 @@ unsafe extern "C" {
     pub fn ncclGroupEnd() -> ncclResult_t;
     #[doc = " Group Simulate End\n\n Simulate a ncclGroupEnd() call and return NCCL's simulation info in a struct."]
     pub fn ncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> ncclResult_t;
-    #[doc = " *out = NCCL_CONFIG_INITIALIZER"]
-    pub fn metrale_nccl_config_initializer(out: *mut ncclConfig_t);
-    #[doc = " *out = NCCL_SIM_INFO_INITIALIZER"]
-    pub fn metrale_nccl_sim_info_initializer(out: *mut ncclSimInfo_t);
 }
