@@ -144,7 +144,10 @@ impl Macros {
 
 /// `TYPE` of a body `{ sizeof(TYPE), … }`.
 fn sized_type(body: &str) -> Option<String> {
-    let rest = body.strip_prefix('{')?.trim_start().strip_prefix("sizeof")?;
+    let rest = body
+        .strip_prefix('{')?
+        .trim_start()
+        .strip_prefix("sizeof")?;
     let (ty, _) = rest.trim_start().strip_prefix('(')?.split_once(')')?;
     let ty = ty.trim();
     let ident = !ty.is_empty()
@@ -157,4 +160,3 @@ fn display_dirs(dirs: &[PathBuf]) -> String {
     let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     dirs.join(" -I ")
 }
-

@@ -75,7 +75,14 @@ fn run() -> Result<(), String> {
     let mut shim = cc::Build::new();
     // With `bundled-bindings`: what a failed compile of the shim means.
     let bundled_note = if env::var("CARGO_FEATURE_BUNDLED_BINDINGS").is_some() {
-        use_snapshot(&snapshot, (nccl, cuda), &found, &filled, &out_dir, &mut shim)?
+        use_snapshot(
+            &snapshot,
+            (nccl, cuda),
+            &found,
+            &filled,
+            &out_dir,
+            &mut shim,
+        )?
     } else {
         generate_bindings(&bindings::Inputs {
             wrapper: &manifest_dir.join("wrapper.h"),
@@ -100,6 +107,11 @@ fn run() -> Result<(), String> {
                 found.nccl_include.display()
             )
         })?;
+    // The target's C compiler, for tests that build C for the target (tests/driver_contract/).
+    println!(
+        "cargo:rustc-env=METRALE_TARGET_CC={}",
+        shim.get_compiler().path().display()
+    );
 
     link_nccl(&found);
     emit_version(nccl, cuda, Some(&found), &out_dir);

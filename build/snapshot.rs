@@ -35,7 +35,10 @@ impl Snapshot {
     /// The size of each struct the shim fills (`filled`, by C typedef name) as the snapshot's Rust type has
     /// it (from bindgen's layout tests), 0 for a type the snapshot does not declare: what the shim checks
     /// the C compiler's sizeof against.
-    pub fn filled_struct_sizes<'a>(&self, filled: &[&'a str]) -> Result<Vec<(&'a str, usize)>, String> {
+    pub fn filled_struct_sizes<'a>(
+        &self,
+        filled: &[&'a str],
+    ) -> Result<Vec<(&'a str, usize)>, String> {
         let text = self.bindings()?;
         filled
             .iter()

@@ -54,7 +54,13 @@ fn coll_config_default_is_the_headers_initializer() {
     assert_eq!(c.size, std::mem::size_of::<ncclCollConfig_t>());
     assert_eq!((c.magic, c.version), (NCCL_API_MAGIC, NCCL_VERSION_CODE));
     assert!(c.ext.is_null() && c.algSelection.is_null());
-    let ints = [c.minCTAs, c.maxCTAs, c.nvlsCTAs, c.cgaClusterSize, c.CTAPolicy];
+    let ints = [
+        c.minCTAs,
+        c.maxCTAs,
+        c.nvlsCTAs,
+        c.cgaClusterSize,
+        c.CTAPolicy,
+    ];
     assert_eq!(ints, [i32::MIN; 5]);
     assert_eq!((c.forceAlgSelection, c.userProfilerTag), (1, 0));
 }

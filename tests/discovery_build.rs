@@ -328,7 +328,13 @@ fn bundled_bindings_refuse_headers_whose_structs_differ_from_the_snapshot() {
 }
 
 /// The committed snapshot the bundled builds use, as Rust sees it (its types only: nothing here is called).
-#[allow(dead_code, unused_imports, non_camel_case_types, non_snake_case, non_upper_case_globals)]
+#[allow(
+    dead_code,
+    unused_imports,
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals
+)]
 #[allow(clippy::useless_transmute, clippy::ptr_offset_with_cast)]
 mod snapshot {
     include!("../src/snapshot/bindings.rs");

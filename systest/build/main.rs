@@ -79,15 +79,17 @@ fn initializers(items: &[Item]) -> Vec<Initializer> {
             let args = syn::punctuated::Punctuated::<Expr, syn::Token![,]>::parse_terminated
                 .parse2(mac.tokens.clone())
                 .expect("initializer!'s arguments");
-            let text = |i: usize| match args.get(i) {
-                Some(Expr::Path(p)) => p.path.get_ident().map(|i| i.to_string()),
-                Some(Expr::Lit(l)) => match &l.lit {
-                    Lit::Str(s) => Some(s.value()),
+            let text = |i: usize| {
+                match args.get(i) {
+                    Some(Expr::Path(p)) => p.path.get_ident().map(|i| i.to_string()),
+                    Some(Expr::Lit(l)) => match &l.lit {
+                        Lit::Str(s) => Some(s.value()),
+                        _ => None,
+                    },
                     _ => None,
-                },
-                _ => None,
-            }
-            .unwrap_or_else(|| panic!("initializer! argument {i} is no identifier or string"));
+                }
+                .unwrap_or_else(|| panic!("initializer! argument {i} is no identifier or string"))
+            };
             Initializer {
                 c_type: text(0),
                 shim: text(1),

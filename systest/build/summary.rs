@@ -136,7 +136,8 @@ fn layout_sizes(items: &[Item]) -> HashMap<String, u64> {
                 continue;
             };
             let Lit::Int(size) = &size.lit else { continue };
-            if let (Some(name), Ok(size)) = (label.value().strip_prefix("Size of "), size.base10_parse())
+            if let (Some(name), Ok(size)) =
+                (label.value().strip_prefix("Size of "), size.base10_parse())
             {
                 sizes.insert(name.to_string(), size);
             }

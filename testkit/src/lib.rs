@@ -8,12 +8,14 @@
 //! - [`hex`]: bytes as hex and back (unique ids in variables and text protocols).
 //! - [`codec`]: fp16, bf16, fp8 e4m3 and e5m2 to and from `f64`, rounded as CUDA rounds.
 //! - [`op`]: NCCL's built-in reduction operations and their host-side reference.
+//! - [`deps`]: the libnccl builds `ci/setup` installed for this binary's architecture.
 //! - [`skip`]: the one line a test prints when it cannot hold where it runs, visible and counted.
 //! - [`launcher`]: the multi-process examples' placement (flags, torchrun, Slurm, Open MPI, PMI) and
 //!   their connection to rank 0.
 
 pub mod child;
 pub mod codec;
+pub mod deps;
 pub mod devbuf;
 pub mod gpu;
 pub mod hex;
