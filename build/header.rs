@@ -8,15 +8,6 @@ use std::path::{Path, PathBuf};
 
 use crate::nccl_version::NcclVersion;
 
-/// The version from its three parts, `NCCL_MAJOR`, `NCCL_MINOR` and `NCCL_PATCH`, as `field` reads them.
-pub fn read_version(field: impl Fn(&str) -> Result<u32, String>) -> Result<NcclVersion, String> {
-    Ok(NcclVersion {
-        major: field("NCCL_MAJOR")?,
-        minor: field("NCCL_MINOR")?,
-        patch: field("NCCL_PATCH")?,
-    })
-}
-
 /// An initializer macro of nccl.h (`NCCL_<NAME>_INITIALIZER`) and the struct it initialises.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Initializer {
@@ -91,7 +82,12 @@ impl Macros {
 
     /// `NCCL_MAJOR`, `NCCL_MINOR` and `NCCL_PATCH`.
     pub fn nccl_version(&self) -> Result<NcclVersion, String> {
-        read_version(|name| self.number(name, "NCCL's nccl.h"))
+        let field = |name| self.number(name, "NCCL's nccl.h");
+        Ok(NcclVersion {
+            major: field("NCCL_MAJOR")?,
+            minor: field("NCCL_MINOR")?,
+            patch: field("NCCL_PATCH")?,
+        })
     }
 
     /// `CUDA_VERSION` (e.g. 13000 for 13.0).

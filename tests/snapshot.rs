@@ -1,6 +1,6 @@
 //! The committed bindings snapshot (src/snapshot/, used by docs.rs and the `bundled-bindings` feature) is
-//! exactly what the build generates from the pinned headers (bindgen's two files, and the initializer
-//! list): it can never drift. `ci/regen` rewrites it.
+//! exactly what the build generates from the pinned headers (bindgen's two files, the facts the bundled
+//! build checks, and the initializer list): it can never drift. `ci/regen` rewrites it.
 
 use metrale_gpu_sys::version::build_info::PINNED_NCCL as PINNED;
 use metrale_gpu_sys::version::NcclVersion;
@@ -33,6 +33,11 @@ fn the_snapshot_is_what_bindgen_generates_from_the_pinned_headers() {
             "cuda_driver.rs",
             include_str!(concat!(env!("OUT_DIR"), "/cuda_driver.rs")),
             include_str!("../src/snapshot/cuda_driver.rs"),
+        ),
+        (
+            "facts.rs",
+            include_str!(concat!(env!("OUT_DIR"), "/facts.rs")),
+            include_str!("../src/snapshot/facts.rs"),
         ),
         (
             "initializers.rs",
