@@ -13,10 +13,7 @@ pub const SKIP: &str = "SKIP ";
 /// returns, passing.
 pub fn skip(why: impl std::fmt::Display) {
     let thread = std::thread::current();
-    let line = format!(
-        "{SKIP}{}: {why}\n",
-        thread.name().unwrap_or("unnamed-test")
-    );
+    let line = format!("{SKIP}{}: {why}\n", thread.name().unwrap_or("unnamed-test"));
     // One write of the whole line, so that lines of tests running in parallel do not interleave.
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
