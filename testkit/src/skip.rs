@@ -13,7 +13,11 @@ pub const SKIP: &str = "SKIP ";
 /// returns, passing.
 pub fn skip(why: impl std::fmt::Display) {
     let thread = std::thread::current();
-    let line = format!("{SKIP}{}: {why}\n", thread.name().unwrap_or("unnamed-test"));
+    // On a line of its own: the harness may have written `test … ... ` to stdout, the same terminal.
+    let line = format!(
+        "\n{SKIP}{}: {why}\n",
+        thread.name().unwrap_or("unnamed-test")
+    );
     // One write of the whole line, so that lines of tests running in parallel do not interleave.
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
