@@ -1,6 +1,7 @@
 //! Finds NCCL and the CUDA headers, translates them with bindgen, compiles the C shim, and links libnccl.
-//! The steps, in order: `find` (discovery), `header` (versions), `bindings` (bindgen, feature `bindgen`)
-//! or `snapshot` (`bundled-bindings`), the shim (cc), linking.
+//! The steps, in order: `find` (discovery), `header` (versions and initializer macros, from the C
+//! preprocessor), `bindings` (bindgen, feature `bindgen`) or `snapshot` (`bundled-bindings`),
+//! `initializers` and the shim (cc), linking.
 //! Any failure ends the build with one message on stderr: what is missing, where it looked, how to fix it.
 
 #[cfg(feature = "bindgen")]
@@ -12,6 +13,7 @@ mod driver_table;
 mod env;
 mod find;
 mod header;
+mod initializers;
 #[cfg(feature = "bindgen")]
 mod layout;
 mod snapshot;
@@ -82,15 +84,25 @@ fn run() -> Result<(), String> {
             found.nccl_step
         );
     }
-    let nccl = header::nccl_version(&found.nccl_include.join("nccl.h"))?;
-    let cuda = header::cuda_version(&found.cuda_include[0].join("cuda.h"))?;
-
     let mut include_dirs = vec![found.nccl_include.clone()];
     include_dirs.extend(found.cuda_include.iter().cloned());
+    let macros = header::Macros::of(&manifest_dir.join("wrapper.h"), &include_dirs)?;
+    let (nccl, cuda) = (macros.nccl_version()?, macros.cuda_version()?);
+    let initializers = macros.initializers()?;
+    // The structs the shim fills: one per initializer macro of the headers found.
+    let filled: Vec<&str> = initializers.iter().map(|i| i.c_type.as_str()).collect();
+
     let mut shim = cc::Build::new();
     // With `bundled-bindings`: what a failed compile of the shim means.
     let bundled_note = if bundled {
-        use_snapshot(&snapshot, (nccl, cuda), &found, &out_dir, &mut shim)?
+        use_snapshot(
+            &snapshot,
+            (nccl, cuda),
+            &found,
+            &filled,
+            &out_dir,
+            &mut shim,
+        )?
     } else {
         generate_bindings(&Inputs {
             wrapper: &manifest_dir.join("wrapper.h"),
@@ -99,13 +111,16 @@ fn run() -> Result<(), String> {
             out_dir: &out_dir,
             nccl,
             cuda,
-            filled: &snapshot::FILLED_STRUCTS,
+            filled: &filled,
         })?;
         String::new()
     };
+    // After the snapshot's copy: the shim is compiled for the headers found, and the Rust side follows it.
+    initializers::write(&initializers, &out_dir)?;
 
     shim.file(manifest_dir.join("shim/shim.c"))
         .includes(&include_dirs)
+        .include(&out_dir)
         .warnings(true)
         .extra_warnings(true)
         .try_compile("metrale_gpu_shim")
@@ -115,9 +130,15 @@ fn run() -> Result<(), String> {
                 found.nccl_include.display()
             )
         })?;
+    // The target's C compiler, for tests that build C for the target (tests/driver_contract/).
+    println!(
+        "cargo:rustc-env=METRALE_TARGET_CC={}",
+        shim.get_compiler().path().display()
+    );
 
     link_nccl(&found);
     emit_version(nccl, cuda, Some(&found), &out_dir);
+    emit_macros(&macros, &out_dir);
     Ok(())
 }
 
@@ -129,6 +150,7 @@ fn use_snapshot(
     snapshot: &Snapshot,
     (nccl, cuda): (NcclVersion, u32),
     found: &find::Found,
+    filled: &[&str],
     out_dir: &Path,
     shim: &mut cc::Build,
 ) -> Result<String, String> {
@@ -166,7 +188,7 @@ fn use_snapshot(
     }
     shim.define("METRALE_BUNDLED_BINDINGS", None);
     let mut sizes = Vec::new();
-    for (c_name, size) in snapshot.filled_struct_sizes(&snapshot::FILLED_STRUCTS) {
+    for (c_name, size) in snapshot.filled_struct_sizes(filled) {
         shim.define(
             &format!("METRALE_SNAPSHOT_SIZEOF_{c_name}"),
             size.to_string().as_str(),
@@ -249,6 +271,7 @@ fn link_nccl(found: &find::Found) {
 /// Versions for this crate (cfg flags) and for dependents (`DEP_NCCL_*` in their build scripts); where the
 /// headers and library are, unless the bindings come from the snapshot alone (docs.rs).
 fn emit_version(nccl: NcclVersion, cuda: u32, found: Option<&find::Found>, out_dir: &Path) {
+    println!("cargo:rustc-check-cfg=cfg(nccl_macro, values(any()))");
     for minor in NCCL_MINORS {
         println!("cargo:rustc-check-cfg=cfg(nccl_2_{minor})");
         if nccl.major > 2 || (nccl.major == 2 && minor <= nccl.minor) {
@@ -296,6 +319,19 @@ fn emit_version(nccl: NcclVersion, cuda: u32, found: Option<&find::Found>, out_d
         found.cuda_include[0].display()
     );
     println!("cargo:rustc-env=METRALE_CUDA_FOUND_BY={}", found.cuda_step);
+}
+
+/// `cfg(nccl_macro = "NAME")` for each of NCCL's macros the preprocessor saw: code that calls a function a
+/// header may define as a macro instead (2.30+'s `ncclResetDebugInit`) is gated on what the header says.
+/// And for dependents (systest): the initializers the shim turned into `Default`s.
+fn emit_macros(macros: &header::Macros, out_dir: &Path) {
+    for name in macros.nccl_names() {
+        println!("cargo:rustc-cfg=nccl_macro=\"{name}\"");
+    }
+    println!(
+        "cargo:initializers={}",
+        out_dir.join(initializers::RUST_FILE).display()
+    );
 }
 
 /// Reads the environment and pkg-config for `find`.

@@ -13,20 +13,17 @@ mod recorded {
     include!("../src/snapshot/facts.rs");
 }
 
-/// The structs the shim fills from NCCL's initializer macros (shim/shim.c), by their C typedef names.
-pub const FILLED_STRUCTS: [&str; 4] = [
-    "ncclConfig_t",
-    "ncclSimInfo_t",
-    "ncclCollConfig_t",
-    "ncclEncryptionConfig_t",
-];
-
 pub struct Snapshot {
     pub dir: PathBuf,
 }
 
 impl Snapshot {
-    const FILES: [&'static str; 3] = ["bindings.rs", "cuda_driver.rs", "facts.rs"];
+    const FILES: [&'static str; 4] = [
+        "bindings.rs",
+        "cuda_driver.rs",
+        "facts.rs",
+        "initializers.rs",
+    ];
 
     /// Puts the snapshot where bindgen's output would go; returns the NCCL and CUDA versions it was made from.
     pub fn install(&self, out_dir: &Path) -> Result<(NcclVersion, u32), String> {

@@ -1,5 +1,6 @@
-//! `NcclConfig::default()` against what nccl.h says NCCL_CONFIG_INITIALIZER holds. (Its bytes against the
-//! C compiler's own initializer, and every offset, are checked in systest/.)
+//! `NcclConfig::default()` and the other initializer `Default`s against what nccl.h says its
+//! initializer macros hold. (Their bytes against the C compiler's own initializers, and every offset, are
+//! checked in systest/.)
 
 use metrale_gpu_sys::nccl::*;
 
@@ -43,6 +44,31 @@ fn sim_info_default_is_the_headers_initializer() {
     assert_eq!(s.magic, 0x7468_5283);
     assert_eq!(s.version, NCCL_VERSION_CODE);
     assert_eq!(s.estimatedTime, -1.0);
+}
+
+/// 2.31+'s per-collective config, where the header has its initializer (the build found it there).
+#[cfg(nccl_macro = "NCCL_COLLCONFIG_INITIALIZER")]
+#[test]
+fn coll_config_default_is_the_headers_initializer() {
+    let c = ncclCollConfig_t::default();
+    assert_eq!(c.size, std::mem::size_of::<ncclCollConfig_t>());
+    assert_eq!((c.magic, c.version), (NCCL_API_MAGIC, NCCL_VERSION_CODE));
+    assert!(c.ext.is_null() && c.algSelection.is_null());
+    let ints = [
+        c.minCTAs,
+        c.maxCTAs,
+        c.nvlsCTAs,
+        c.cgaClusterSize,
+        c.CTAPolicy,
+    ];
+    assert_eq!(ints, [i32::MIN; 5]);
+    assert_eq!((c.forceAlgSelection, c.userProfilerTag), (1, 0));
+}
+
+#[cfg(not(nccl_macro = "NCCL_COLLCONFIG_INITIALIZER"))]
+#[test]
+fn coll_config_default_is_the_headers_initializer() {
+    metrale_gpu_testkit::skip::skip("nccl.h defines no NCCL_COLLCONFIG_INITIALIZER (NCCL 2.31+)");
 }
 
 #[test]

@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use metrale_gpu_sys::version::{build_info, NcclVersion};
+use metrale_gpu_testkit::skip::skip;
 use syn::visit::Visit;
 
 /// Where calls are looked for, under the crate's root.
@@ -88,6 +90,19 @@ fn rust_files(dir: &Path, root: &Path, out: &mut Vec<PathBuf>) {
 
 #[test]
 fn every_function_of_nccl_h_is_called() {
+    // A newer header declares functions the pinned one lacks: tests call them once the pin moves there.
+    let h = NcclVersion::HEADERS;
+    let pinned: Vec<u32> = build_info::PINNED_NCCL
+        .split('.')
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    if vec![h.major, h.minor, h.patch] > pinned {
+        return skip(format_args!(
+            "built against NCCL {h} headers, newer than the pinned {}: their new functions are called once \
+             the pin moves (ci/upgrade {h} lists them)",
+            build_info::PINNED_NCCL
+        ));
+    }
     let bindings = include_str!(concat!(env!("OUT_DIR"), "/bindings.rs"));
     let functions = declared(&syn::parse_file(bindings).expect("bindgen's output parses"));
     assert!(
@@ -112,7 +127,7 @@ fn every_function_of_nccl_h_is_called() {
     println!(
         "{} functions declared by nccl.h ({}), {} called in {} files under {SEARCHED:?}",
         functions.len(),
-        metrale_gpu_sys::version::build_info::NCCL_INCLUDE,
+        build_info::NCCL_INCLUDE,
         functions.len() - uncalled.len(),
         files.len()
     );

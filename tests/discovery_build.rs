@@ -284,28 +284,40 @@ fn bundled_bindings_need_no_libclang_but_the_same_nccl() {
     assert!(stderr.contains("the bundled bindings (feature `bundled-bindings`) are NCCL 2.29.7's, but the headers found are 2.28.9"), "{stderr}");
 }
 
-#[test]
-fn bundled_bindings_refuse_headers_whose_structs_differ_from_the_snapshot() {
-    let dir = scratch("bundled-mismatch");
+/// A copy of the crate in scratch `name`, and the variables that build it against the pinned nccl.h as
+/// `patch` rewrites it (with the pinned library and CUDA 13 headers).
+fn crate_with_patched_header(
+    name: &str,
+    patch: impl Fn(&str) -> String,
+) -> (PathBuf, [(&'static str, PathBuf); 3]) {
+    let dir = scratch(name);
     let krate = dir.join("crate");
     copy_crate(&krate);
     let nccl = deps().join("nccl-2.29.7/nvidia/nccl");
-    // The pinned nccl.h with one more field in ncclConfig_t: the same version number, another struct.
     let include = dir.join("include");
     std::fs::create_dir_all(&include).expect("mkdir");
     let header = std::fs::read_to_string(nccl.join("include/nccl.h")).expect("nccl.h");
-    let patched = header.replacen(
-        "} ncclConfig_t;",
-        "  int metraleExtraField;\n} ncclConfig_t;",
-        1,
-    );
-    assert_ne!(patched, header, "nccl.h has no `}} ncclConfig_t;`");
+    let patched = patch(&header);
+    assert_ne!(patched, header, "the patch changed nothing in nccl.h");
     std::fs::write(include.join("nccl.h"), patched).expect("write nccl.h");
     let vars = [
         ("NCCL_INCLUDE_DIR", include),
         ("NCCL_LIB_DIR", nccl.join("lib")),
         ("CUDA_HOME", deps().join("cuda-13.0/nvidia/cu13")),
     ];
+    (krate, vars)
+}
+
+#[test]
+fn bundled_bindings_refuse_headers_whose_structs_differ_from_the_snapshot() {
+    // The pinned nccl.h with one more field in ncclConfig_t: the same version number, another struct.
+    let (krate, vars) = crate_with_patched_header("bundled-mismatch", |header| {
+        header.replacen(
+            "} ncclConfig_t;",
+            "  int metraleExtraField;\n} ncclConfig_t;",
+            1,
+        )
+    });
     let out = cargo(
         &krate,
         &["build", "--lib", "--features", "bundled-bindings"],
@@ -316,8 +328,8 @@ fn bundled_bindings_refuse_headers_whose_structs_differ_from_the_snapshot() {
         !out.status.success(),
         "built the snapshot against a larger ncclConfig_t"
     );
-    // This test is built against the pinned headers, whose types are the snapshot's.
-    use metrale_gpu_sys::bindings::{ncclConfig_t, ncclSimInfo_t};
+    // The snapshot's own types: whatever headers this test binary was built against.
+    use snapshot::{ncclConfig_t, ncclSimInfo_t};
     for text in [
         "bundled-bindings: sizeof(ncclConfig_t) in the headers found differs",
         &format!(
@@ -329,6 +341,41 @@ fn bundled_bindings_refuse_headers_whose_structs_differ_from_the_snapshot() {
     ] {
         assert!(stderr.contains(text), "expected {text:?} in:\n{stderr}");
     }
+}
+
+/// nccl.h's initializer macros become `Default`s through the shim, which handles `{ sizeof(TYPE), … }`:
+/// another form stops the build, naming the macro.
+#[test]
+fn an_initializer_macro_the_shim_cannot_handle_stops_the_build() {
+    let (krate, vars) = crate_with_patched_header("initializer-unhandled", |header| {
+        format!("{header}\n#define NCCL_METRALE_TEST_INITIALIZER(v) {{ v }}\n")
+    });
+    let out = cargo(&krate, &["build", "--lib"], &vars);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "built with an unhandled initializer");
+    for text in [
+        "nccl.h defines the initializer macro NCCL_METRALE_TEST_INITIALIZER(v) as `{ v }`",
+        "which the shim cannot turn into a Default",
+    ] {
+        assert!(stderr.contains(text), "expected {text:?} in:\n{stderr}");
+    }
+}
+
+/// The committed snapshot the bundled builds use, as Rust sees it (its types only: nothing here is called).
+#[allow(
+    dead_code,
+    unused_imports,
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals
+)]
+#[allow(
+    clippy::useless_transmute,
+    clippy::ptr_offset_with_cast,
+    clippy::doc_lazy_continuation
+)]
+mod snapshot {
+    include!("../src/snapshot/bindings.rs");
 }
 
 /// A dependent that asks for the committed bindings alone compiles no bindgen, nor what bindgen brings

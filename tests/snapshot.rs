@@ -1,9 +1,11 @@
 //! The committed bindings snapshot (src/snapshot/, used by docs.rs and the `bundled-bindings` feature) is
-//! exactly what bindgen generates from the pinned headers: it can never drift. `ci/regen` rewrites it.
+//! exactly what the build generates from the pinned headers (bindgen's two files, the facts the bundled
+//! build checks, and the initializer list): it can never drift. `ci/regen` rewrites it.
 
 use metrale_gpu_sys::version::build_info::PINNED_NCCL as PINNED;
 use metrale_gpu_sys::version::NcclVersion;
 use metrale_gpu_sys::CUDA_VERSION;
+use metrale_gpu_testkit::skip::skip;
 
 #[test]
 fn the_snapshot_is_what_bindgen_generates_from_the_pinned_headers() {
@@ -11,14 +13,15 @@ fn the_snapshot_is_what_bindgen_generates_from_the_pinned_headers() {
     // other headers generate other bindings by design.
     let snapshot_cuda = format!("pub const CUDA_VERSION: u32 = {CUDA_VERSION};");
     if !include_str!("../src/snapshot/bindings.rs").contains(&snapshot_cuda) {
-        eprintln!(
+        return skip(format_args!(
             "built against CUDA {CUDA_VERSION} headers, not the snapshot's: nothing to compare"
-        );
-        return;
+        ));
     }
     if NcclVersion::HEADERS.to_string() != PINNED {
-        eprintln!("built against NCCL {} headers, not the pinned {PINNED}: the snapshot is the pinned one's", NcclVersion::HEADERS);
-        return;
+        return skip(format_args!(
+            "built against NCCL {} headers, not the pinned {PINNED}: the snapshot is the pinned one's",
+            NcclVersion::HEADERS
+        ));
     }
     for (file, generated, committed) in [
         (
@@ -35,6 +38,11 @@ fn the_snapshot_is_what_bindgen_generates_from_the_pinned_headers() {
             "facts.rs",
             include_str!(concat!(env!("OUT_DIR"), "/facts.rs")),
             include_str!("../src/snapshot/facts.rs"),
+        ),
+        (
+            "initializers.rs",
+            include_str!(concat!(env!("OUT_DIR"), "/initializers.rs")),
+            include_str!("../src/snapshot/initializers.rs"),
         ),
     ] {
         let first_difference = generated

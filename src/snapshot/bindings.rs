@@ -1327,8 +1327,4 @@ unsafe extern "C" {
 
  Simulate a ncclGroupEnd() call and return NCCL's simulation info in a struct.*/
     pub fn ncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> ncclResult_t;
-    /// *out = NCCL_CONFIG_INITIALIZER
-    pub fn metrale_nccl_config_initializer(out: *mut ncclConfig_t);
-    /// *out = NCCL_SIM_INFO_INITIALIZER
-    pub fn metrale_nccl_sim_info_initializer(out: *mut ncclSimInfo_t);
 }

@@ -12,9 +12,7 @@ pub const NCCL: NcclVersion = NcclVersion {
 pub const CUDA_VERSION: u32 = 13000;
 
 /// The size of each struct the shim fills, as bindgen's layout tests state it; 0: not declared.
-pub const FILLED_STRUCT_SIZES: [(&str, usize); 4] = [
+pub const FILLED_STRUCT_SIZES: [(&str, usize); 2] = [
     ("ncclConfig_t", 88),
     ("ncclSimInfo_t", 24),
-    ("ncclCollConfig_t", 0),
-    ("ncclEncryptionConfig_t", 0),
 ];

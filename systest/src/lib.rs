@@ -1,6 +1,7 @@
-//! The C compiler's view of the headers (compiled by `build.rs` from a generated C file) against the Rust
-//! bindings: sizes, alignments, field offsets, enum constants, `#define`s, and the initializer macros'
-//! bytes. Each test lists every mismatch it finds, not just the first.
+//! The C compiler's view of the headers (compiled by `build/main.rs` from a generated C file) against the
+//! Rust bindings: sizes, alignments, field offsets, enum constants, `#define`s, and the initializer
+//! macros' bytes, for every initializer the crate found in nccl.h. Each test lists every mismatch it
+//! finds, not just the first.
 
 #[cfg(test)]
 mod tests {
@@ -77,6 +78,21 @@ mod tests {
         // SAFETY: the shim wrote a valid `T` (plain C data) into the slot.
         let value = unsafe { slot.assume_init() };
         (bytes, T::default() == value)
+    }
+
+    /// NCCL versions a struct by its first fields (`size`, `magic`, `version`), which only its initializer
+    /// macro fills correctly: each such struct has one, found by the crate's build.
+    #[test]
+    fn every_versioned_struct_has_an_initializer_default() {
+        let covered: Vec<&str> = INITIALIZERS.iter().map(|(name, _, _)| *name).collect();
+        let missing: Vec<&&str> = VERSIONED_STRUCTS
+            .iter()
+            .filter(|s| !covered.contains(s))
+            .collect();
+        assert!(
+            VERSIONED_STRUCTS.contains(&"ncclConfig_t") && missing.is_empty(),
+            "versioned structs {VERSIONED_STRUCTS:?}; without an initializer Default: {missing:?}"
+        );
     }
 
     #[test]

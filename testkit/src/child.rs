@@ -87,8 +87,7 @@ pub fn command(role: &str, env: &[(&str, String)]) -> Command {
 /// This test binary running only the test named `test` (its full name, `module::function`, ignored or
 /// not), with `env` added.
 pub fn test_command(test: &str, env: &[(&str, String)]) -> Command {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let mut cmd = Command::new(exe);
+    let mut cmd = this_binary();
     cmd.args([
         test,
         "--exact",
@@ -100,6 +99,26 @@ pub fn test_command(test: &str, env: &[(&str, String)]) -> Command {
         cmd.env(k, v);
     }
     cmd
+}
+
+/// This test binary, as this machine runs it: through the target's cargo runner where one is set
+/// (`CARGO_TARGET_<TRIPLE>_RUNNER`, qemu-user when cross-testing: the kernel cannot run it itself).
+pub fn this_binary() -> Command {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let runner = format!(
+        "CARGO_TARGET_{}_RUNNER",
+        crate::deps::target().to_uppercase().replace('-', "_")
+    );
+    let runner = std::env::var(runner).unwrap_or_default();
+    let mut words = runner.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut cmd = Command::new(program);
+            cmd.args(words).arg(exe);
+            cmd
+        }
+        None => Command::new(exe),
+    }
 }
 
 /// Starts `cmd` (from [`command`], or another program such as an example) as the child `name`, with

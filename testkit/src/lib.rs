@@ -13,11 +13,14 @@
 //! - [`op`]: NCCL's built-in reduction operations and their host-side reference.
 //! - [`placement`]: where each rank of a multi-process test runs: R ranks over G GPUs, simulated hosts
 //!   where ranks share a GPU (`METRALE_TEST_RANKS`, `METRALE_TEST_PLACEMENT`).
+//! - [`deps`]: the libnccl builds `ci/setup` installed for this binary's architecture.
+//! - [`skip`]: the one line a test prints when it cannot hold where it runs, visible and counted.
 //! - [`launcher`]: the multi-process examples' placement (flags, torchrun, Slurm, Open MPI, PMI) and
 //!   their connection to rank 0.
 
 pub mod child;
 pub mod codec;
+pub mod deps;
 pub mod devbuf;
 pub mod gpu;
 pub mod hex;
@@ -25,4 +28,5 @@ pub mod launcher;
 pub mod op;
 pub mod placement;
 pub mod ranks;
+pub mod skip;
 pub mod world;

@@ -3,13 +3,16 @@
 //! function is an error naming it, `cuEventElapsedTime` falls back to the original, a driver lacking a
 //! required function or of an older CUDA major version is unavailable, and a driver whose `cuInit` failed
 //! stays loaded and still names codes. Each case runs in a child process (the driver loads once per
-//! process), which finds the stand-in through `LD_LIBRARY_PATH`.
+//! process), which finds the stand-in through `LD_LIBRARY_PATH`. The stand-in is built with the C compiler
+//! that built the crate's shim (the target's, when cross-compiling), and the child runs as this binary
+//! does (through the target's runner, qemu-user, when cross-testing).
 
 use std::path::PathBuf;
 use std::process::Command;
 
 use metrale_gpu_sys::cuda::{self, CUDA_VERSION};
 use metrale_gpu_sys::nccl::*;
+use metrale_gpu_testkit::child::this_binary;
 
 /// Set in a child: the case it runs.
 const CHILD: &str = "METRALE_STANDIN_CASE";
@@ -26,15 +29,16 @@ fn in_child(case: &str, flags: &[&str]) -> bool {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/driver_contract/libcuda_standin.c"
     );
-    let built = Command::new("cc")
+    let cc = env!("METRALE_TARGET_CC");
+    let built = Command::new(cc)
         .args(["-shared", "-fPIC", "-Wall", "-Werror", "-o"])
         .arg(dir.join("libcuda.so.1"))
         .arg(source)
         .args(flags)
         .status()
-        .expect("cc runs (apt-get install gcc)");
-    assert!(built.success(), "cc failed to build the stand-in");
-    let out = Command::new(std::env::current_exe().expect("this test binary"))
+        .unwrap_or_else(|e| panic!("{cc} (the compiler that built the shim) does not run: {e}"));
+    assert!(built.success(), "{cc} failed to build the stand-in");
+    let out = this_binary()
         .args([case, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD, case)
         .env("LD_LIBRARY_PATH", &dir)

@@ -15,7 +15,7 @@
 //! `nm -D` lists it in 2.29.7's libnccl.so.2 and not in 2.28.9's), so the same binary with
 //! LD_LIBRARY_PATH pointing at an older libnccl cannot start at all. It needs such a library: it looks in
 //! `$METRALE_OLDER_NCCL_LIB` (the GPU runner sets it to the host's NCCL), in `.deps/nccl-*` (what
-//! `ci/setup 2.28.9` installs), and in the system's library cache (`ldconfig -p`). A candidate that turns
+//! `ci/setup 2.28.9` installs; `.deps/<target>/nccl-*` when cross-testing), and in the system's library cache (`ldconfig -p`). A candidate that turns
 //! out not to be older (the child starts) is passed over; when none is older, the test says so and where
 //! it looked, and passes without proving anything.
 
@@ -24,6 +24,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use metrale_gpu_sys::version::NcclVersion;
+use metrale_gpu_testkit::deps;
+use metrale_gpu_testkit::skip::skip;
 
 use crate::common::child;
 
@@ -70,16 +72,7 @@ fn candidates() -> Vec<PathBuf> {
         Some(PathBuf::from(env!("CARGO_MANIFEST_DIR"))),
     ];
     for root in roots.into_iter().flatten() {
-        let Ok(entries) = std::fs::read_dir(root.join(".deps")) else {
-            continue;
-        };
-        let mut found: Vec<PathBuf> = entries
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with("nccl-"))
-            .map(|e| e.path().join("nvidia/nccl/lib"))
-            .collect();
-        found.sort();
-        dirs.extend(found);
+        dirs.extend(deps::installed_nccl(&root).into_iter().map(|(_, lib)| lib));
     }
     for ldconfig in ["ldconfig", "/sbin/ldconfig"] {
         if let Ok(out) = Command::new(ldconfig).arg("-p").output() {
@@ -124,12 +117,11 @@ fn a_function_missing_from_an_older_library_stops_the_program_at_load() {
                 patch: 0,
             })
     {
-        println!(
-            "skipped: built against NCCL {} headers, which lack {NEW_FUNCTION} (2.29+); nothing in this binary \
+        return skip(format_args!(
+            "built against NCCL {} headers, which lack {NEW_FUNCTION} (2.29+); nothing in this binary \
              needs a newer library",
             NcclVersion::HEADERS
-        );
-        return;
+        ));
     }
 
     // With the library the parent loaded, the child starts and calls the function.
@@ -168,10 +160,10 @@ fn a_function_missing_from_an_older_library_stops_the_program_at_load() {
         );
         return;
     }
-    println!(
-        "skipped: no libnccl older than the headers ({}) found, so nothing shows the loader's refusal; looked in \
+    skip(format_args!(
+        "no libnccl older than the headers ({}) found, so nothing shows the loader's refusal; looked in \
          ${OLDER_NCCL_VAR}, .deps/nccl-*/nvidia/nccl/lib and ldconfig's cache: {tried:?}. Set {OLDER_NCCL_VAR}=<folder \
          of a libnccl.so.2 before 2.29>, or install one with `ci/setup 2.28.9`",
         NcclVersion::HEADERS
-    );
+    ));
 }

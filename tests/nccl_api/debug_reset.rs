@@ -3,7 +3,9 @@
 //! `NCCL_DEBUG`, with `NCCL_DEBUG_FILE` naming a file, which NCCL creates only when it logs): an init
 //! writes no log; setting `NCCL_DEBUG=INFO` changes nothing by itself; after `ncclResetDebugInit` the
 //! next init writes "NCCL INFO" lines. (A `NCCL_DEBUG` in /etc/nccl.conf or ~/.nccl.conf would defeat
-//! the first step; the child's message says so.)
+//! the first step; the child's message says so.) Where nccl.h defines `ncclResetDebugInit` as an empty
+//! macro (2.30+, outside NCCL's own build, which sets `NCCL_OS_LINUX`) there is no function to call, and
+//! the test skips.
 
 use std::path::PathBuf;
 
@@ -11,12 +13,16 @@ use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
 
 use metrale_gpu_testkit::child;
+use metrale_gpu_testkit::skip::skip;
 
 use crate::support::*;
 
 #[test]
 #[ignore = "needs a GPU (run with the GPU suite)"]
 fn reset_debug_init_makes_a_changed_nccl_debug_take_effect() {
+    if cfg!(nccl_macro = "ncclResetDebugInit") {
+        return skip("nccl.h defines ncclResetDebugInit as an empty macro (NCCL_OS_LINUX unset): no function to call");
+    }
     gpus();
     let log = std::env::temp_dir().join(format!("metrale-nccl-debug-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
@@ -57,8 +63,7 @@ pub fn child() {
     );
     println!("step 2: NCCL_DEBUG=INFO set: still nothing (NCCL keeps the level it read first)");
 
-    // SAFETY: no arguments; deprecated in nccl.h but exported (NCCL's debug.cc keeps it).
-    unsafe { ncclResetDebugInit() };
+    reset_debug_init();
     init_and_destroy();
     let text = written().unwrap_or_else(|| {
         panic!(
@@ -82,6 +87,19 @@ pub fn child() {
         log.display()
     );
     println!("DEBUG RESET CHILD OK");
+}
+
+/// `ncclResetDebugInit`, where nccl.h declares the function.
+#[cfg(not(nccl_macro = "ncclResetDebugInit"))]
+fn reset_debug_init() {
+    // SAFETY: no arguments; deprecated in nccl.h but exported (NCCL's debug.cc keeps it).
+    unsafe { ncclResetDebugInit() };
+}
+
+/// Where nccl.h makes it an empty macro the parent skips, and never starts this child.
+#[cfg(nccl_macro = "ncclResetDebugInit")]
+fn reset_debug_init() {
+    panic!("nccl.h defines ncclResetDebugInit as an empty macro: no function to call");
 }
 
 /// A one-rank communicator on GPU 0, created and destroyed: NCCL logs plenty at INFO while doing so.

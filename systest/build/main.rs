@@ -1,7 +1,12 @@
 //! Generates the layout checks from the bindings the crate generated (`DEP_NCCL_BINDINGS`), in the style
 //! of rust-lang/libc's ctest: a C file that records the C compiler's sizeof, _Alignof, offsetof and
 //! constant values for every item, compiled with cc against the same headers (`DEP_NCCL_INCLUDE`,
-//! `DEP_NCCL_CUDA_INCLUDE`), and a Rust file with the same tables from the Rust side.
+//! `DEP_NCCL_CUDA_INCLUDE`), and a Rust file with the same tables from the Rust side. The initializer
+//! macros come from the crate's build too (`DEP_NCCL_INITIALIZERS`, the list its `Default`s are made
+//! from). Beside them, `api.json`: the bindings' API in one structured file, which `ci/upgrade` compares
+//! between two NCCL versions.
+
+mod summary;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -26,13 +31,26 @@ fn main() {
         var("DEP_NCCL_LIB_DIR")
     );
 
-    let source = std::fs::read_to_string(&bindings).expect("read the generated bindings");
-    let file = syn::parse_file(&source).expect("parse the generated bindings");
-    let tables = Tables::collect(&file.items);
+    let initializers_rs = PathBuf::from(var("DEP_NCCL_INITIALIZERS"));
+    println!("cargo:rerun-if-changed={}", initializers_rs.display());
+
+    let parse = |path: &PathBuf| {
+        let source = std::fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        syn::parse_file(&source).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()))
+    };
+    let file = parse(&bindings);
+    let initializers = initializers(&parse(&initializers_rs).items);
+    let tables = Tables::collect(&file.items, initializers);
 
     let c = out.join("systest.c");
     std::fs::write(&c, tables.c_source()).expect("write systest.c");
     std::fs::write(out.join("checks.rs"), tables.rust_source()).expect("write checks.rs");
+    std::fs::write(
+        out.join("api.json"),
+        summary::json(&file.items, &tables.c_names, &tables.initializers),
+    )
+    .expect("write api.json");
     cc::Build::new()
         .file(&c)
         .include(manifest.join(".."))
@@ -40,25 +58,52 @@ fn main() {
         .compile("systest");
 }
 
-/// The initializer macros the shim turns into `Default`: (shim name, C type, macro).
-const INITIALIZERS: &[(&str, &str, &str)] = &[
-    ("nccl_config", "ncclConfig_t", "NCCL_CONFIG_INITIALIZER"),
-    (
-        "nccl_sim_info",
-        "ncclSimInfo_t",
-        "NCCL_SIM_INFO_INITIALIZER",
-    ),
-    (
-        "nccl_coll_config",
-        "ncclCollConfig_t",
-        "NCCL_COLLCONFIG_INITIALIZER",
-    ),
-    (
-        "nccl_encryption_config",
-        "ncclEncryptionConfig_t",
-        "NCCL_ENCRYPTION_CONFIG_INITIALIZER",
-    ),
-];
+/// An initializer macro the crate turned into a `Default`, as its generated `initializers.rs` lists it:
+/// `initializer!(TYPE, SHIM_FUNCTION, "MACRO", "DEFINITION");`.
+pub struct Initializer {
+    pub c_type: String,
+    pub shim: String,
+    pub name: String,
+    pub body: String,
+}
+
+fn initializers(items: &[Item]) -> Vec<Initializer> {
+    use syn::parse::Parser;
+    let list: Vec<Initializer> = items
+        .iter()
+        .filter_map(|item| match item {
+            Item::Macro(m) if m.mac.path.is_ident("initializer") => Some(&m.mac),
+            _ => None,
+        })
+        .map(|mac| {
+            let args = syn::punctuated::Punctuated::<Expr, syn::Token![,]>::parse_terminated
+                .parse2(mac.tokens.clone())
+                .expect("initializer!'s arguments");
+            let text = |i: usize| {
+                match args.get(i) {
+                    Some(Expr::Path(p)) => p.path.get_ident().map(|i| i.to_string()),
+                    Some(Expr::Lit(l)) => match &l.lit {
+                        Lit::Str(s) => Some(s.value()),
+                        _ => None,
+                    },
+                    _ => None,
+                }
+                .unwrap_or_else(|| panic!("initializer! argument {i} is no identifier or string"))
+            };
+            Initializer {
+                c_type: text(0),
+                shim: text(1),
+                name: text(2),
+                body: text(3),
+            }
+        })
+        .collect();
+    assert!(
+        !list.is_empty(),
+        "the crate's initializers.rs lists no initializer"
+    );
+    list
+}
 
 #[derive(Default)]
 struct Tables {
@@ -70,12 +115,17 @@ struct Tables {
     ints: Vec<(String, String)>,
     /// The same for floating-point constants.
     floats: Vec<(String, String)>,
-    /// The entries of INITIALIZERS whose shim function the bindings declare.
-    initializers: Vec<(&'static str, &'static str, &'static str)>,
+    /// The initializer macros, from the crate's build.
+    initializers: Vec<Initializer>,
+    /// The C names of the structs NCCL versions (first fields `size`, `magic`, `version`): each needs
+    /// an initializer macro to be filled correctly.
+    versioned: Vec<String>,
+    /// bindgen's Rust name to the C typedef name, where they differ.
+    c_names: HashMap<String, String>,
 }
 
 impl Tables {
-    fn collect(items: &[Item]) -> Tables {
+    fn collect(items: &[Item], initializers: Vec<Initializer>) -> Tables {
         // `pub type ncclConfig_t = ncclConfig_v22800;`: C knows the struct by the typedef name.
         let mut c_name: HashMap<String, String> = HashMap::new();
         // `pub use self::cudaError_enum as CUresult;`: likewise for a typedef'd enum.
@@ -109,7 +159,10 @@ impl Tables {
                 .cloned()
                 .unwrap_or_else(|| rust.to_string())
         };
-        let mut t = Tables::default();
+        let mut t = Tables {
+            initializers,
+            ..Tables::default()
+        };
         for item in items {
             match item {
                 // bindgen's names for anonymous nested types have no C spelling; their parent's
@@ -133,6 +186,9 @@ impl Tables {
                     }
                     let c = c_of(&name);
                     t.types.push((name.clone(), c.clone()));
+                    if names.starts_with(&["size".into(), "magic".into(), "version".into()]) {
+                        t.versioned.push(c.clone());
+                    }
                     // Bindgen's synthetic fields (`_bitfield_1`, `__bindgen_anon_1`) have no C name.
                     for f in names.into_iter().filter(|f| !f.starts_with('_')) {
                         t.fields.push((name.clone(), f.clone(), c.clone(), f));
@@ -154,19 +210,6 @@ impl Tables {
                         }
                     }
                 }
-                Item::ForeignMod(block) => {
-                    for item in &block.items {
-                        let syn::ForeignItem::Fn(f) = item else {
-                            continue;
-                        };
-                        let name = f.sig.ident.to_string();
-                        t.initializers.extend(
-                            INITIALIZERS.iter().filter(|(shim, _, _)| {
-                                name == format!("metrale_{shim}_initializer")
-                            }),
-                        );
-                    }
-                }
                 Item::Const(k) => {
                     let name = k.ident.to_string();
                     match literal(&k.expr) {
@@ -182,6 +225,7 @@ impl Tables {
                 _ => {}
             }
         }
+        t.c_names = c_name;
         t
     }
 
@@ -232,10 +276,10 @@ impl Tables {
             "systest_floats",
             self.floats.iter().map(|(_, e)| e.clone()).collect(),
         );
-        for (shim, ty, init) in &self.initializers {
+        for Initializer { c_type, name, .. } in &self.initializers {
             let _ = writeln!(
                 c,
-                "const unsigned char *systest_{shim}_bytes(size_t *len) {{\n    static const {ty} v = {init};\n    *len = sizeof v;\n    return (const unsigned char *)&v;\n}}"
+                "const unsigned char *systest_{c_type}_bytes(size_t *len) {{\n    static const {c_type} v = {name};\n    *len = sizeof v;\n    return (const unsigned char *)&v;\n}}"
             );
         }
         c
@@ -252,22 +296,28 @@ impl Tables {
             self.floats.len(),
             n = self.types.len(),
         );
-        for (shim, _, _) in &self.initializers {
+        for Initializer { c_type, shim, .. } in &self.initializers {
             let _ = writeln!(
                 r,
-                "    fn systest_{shim}_bytes(len: *mut usize) -> *const u8;"
+                "    fn systest_{c_type}_bytes(len: *mut usize) -> *const u8;\n    \
+                 fn {shim}(out: *mut {c_type});"
             );
         }
         r.push_str("}\n");
-        let rows = self.initializers.iter().map(|(shim, ty, _)| {
+        let rows = self.initializers.iter().map(|Initializer { c_type, shim, .. }| {
             format!(
-                "(\"{ty}\", (|| shim_value::<{ty}>(metrale_{shim}_initializer)) as RustSide, systest_{shim}_bytes as CSide),"
+                "(\"{c_type}\", (|| shim_value::<{c_type}>({shim})) as RustSide, systest_{c_type}_bytes as CSide),"
             )
         });
         let _ = writeln!(
             r,
             "const INITIALIZERS: &[(&str, RustSide, CSide)] = &[\n    {}\n];",
             rows.collect::<Vec<_>>().join("\n    ")
+        );
+        let _ = writeln!(
+            r,
+            "const VERSIONED_STRUCTS: &[&str] = &{:?};",
+            self.versioned
         );
         let table = |r: &mut String, name: &str, ty: &str, rows: Vec<String>| {
             let _ = writeln!(
