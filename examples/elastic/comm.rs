@@ -12,6 +12,7 @@ use metrale_gpu_sys::watchdog::{
     CommWork, GiveUp, GiveUpError, Poll, WaitError, Watchdog, Watched,
 };
 
+use crate::bounded;
 use crate::membership::Membership;
 use crate::protocol::Held;
 
@@ -171,10 +172,8 @@ fn new_handle_cell() -> &'static AtomicPtr<ncclComm> {
 
 /// Aborts `comm` (if any) unless a wait already gave up on it: where a recovery step failed.
 fn abort_unless_given_up(comm: NcclComm, given_up: bool) {
-    if !comm.is_null() && !given_up {
-        if let Err(e) = release(comm, true) {
-            eprintln!("warning: {e}");
-        }
+    if !given_up {
+        abort_all(&[comm]);
     }
 }
 
@@ -232,9 +231,88 @@ pub fn shrink(
     result.map(|()| shrunk)
 }
 
+/// A communicator, or the caller's CUDA context, handed to the thread of a bounded call
+/// (`bounded.rs`); nothing else is wrapped.
+struct Handed<T>(T);
+
+// SAFETY: NCCL and CUDA take these handles from any thread, one thread at a time: the rank hands one
+// over and uses it again only if the call returned in time (the call's thread is then done with it).
+unsafe impl<T: Copy> Send for Handed<T> {}
+
+impl<T: Copy> Handed<T> {
+    /// The handle (a method, so that a closure captures the `Send` wrapper, not the bare handle).
+    fn get(&self) -> T {
+        self.0
+    }
+}
+
+/// The calling thread's CUDA context, for a bounded call's thread: NCCL allocates on the current
+/// device (`ncclCommGrow`'s pinned abort flag, a new rank's communicator).
+fn current_context() -> Result<Handed<cuda::CUcontext>, String> {
+    let api = cuda::driver("elastic").map_err(|e| e.to_string())?;
+    let mut ctx: cuda::CUcontext = std::ptr::null_mut();
+    // SAFETY: writes one handle through a valid pointer.
+    check_cuda(unsafe { api.cuCtxGetCurrent(&mut ctx) }, "cuCtxGetCurrent")
+        .map_err(|e| e.to_string())?;
+    Ok(Handed(ctx))
+}
+
+/// Makes `ctx` current on this thread.
+fn make_current(ctx: &Handed<cuda::CUcontext>) -> Result<(), String> {
+    let api = cuda::driver("elastic").map_err(|e| e.to_string())?;
+    // SAFETY: the rank's primary context (made current by `Gpu::new`), retained for the process's life.
+    check_cuda(unsafe { api.cuCtxSetCurrent(ctx.get()) }, "cuCtxSetCurrent")
+        .map_err(|e| e.to_string())
+}
+
+/// Aborts each of `comms` that is there, where a step failed: a failure to abort is said, not returned
+/// (the step's own error is the one that counts). A bounded call's thread does this for what it holds
+/// when it returns after the rank gave it up.
+fn abort_all(comms: &[NcclComm]) {
+    for &comm in comms.iter().filter(|c| !c.is_null()) {
+        if let Err(e) = release(comm, true) {
+            eprintln!("warning: {e}");
+        }
+    }
+}
+
+/// Rank 0's `ncclCommGetUniqueId` on idle generation `gen`, for the grow: on a thread of its own,
+/// given up on when the rendezvous says `gen` is lost or after `limit` (see `bounded.rs`: it sends to
+/// ranks 0 and N-1 before it returns, and retries a dead one for about a minute). An error means the
+/// communicator is gone: aborted after NCCL's error, or left to the call's thread, which aborts it.
+pub fn grow_id(
+    comm: NcclComm,
+    who: &Membership,
+    gen: u64,
+    limit: Duration,
+) -> Result<NcclUniqueId, String> {
+    let handed = Handed(comm);
+    let (res, id) = bounded::call(
+        "ncclCommGetUniqueId",
+        limit,
+        &|| who.lost(gen),
+        move || {
+            let mut id = NcclUniqueId::from_bytes([0; NcclUniqueId::BYTES]);
+            // SAFETY: a live, idle communicator, used by this thread alone until the call returns;
+            // writes one id.
+            let res = unsafe { ncclCommGetUniqueId(handed.get(), &mut id) };
+            (handed, res, id)
+        },
+        |(handed, _, _)| abort_all(&[handed.get()]),
+    )
+    .map(|(_, res, id)| (res, id))?;
+    if let Err(e) = check_nccl(res, "ncclCommGetUniqueId") {
+        abort_all(&[comm]);
+        return Err(e.to_string());
+    }
+    Ok(id)
+}
+
 /// `ncclCommGrow` to `size` ranks, generation `gen`: a member passes its communicator and rank -1 (the
 /// root, the one that called `ncclCommGetUniqueId`, also the id); a replacement no communicator, the id
-/// and its rank. On success the parent is destroyed, as nccl.h asks; on failure both are aborted.
+/// and its rank. The call is bounded as `grow_id` is (ranks 0 and N-1 receive the id before it
+/// returns), its end within what is left of `limit`. On success the parent is destroyed, as nccl.h
+/// asks; on failure both are aborted (by the call's thread, if it was given up on).
 pub fn grow(
     parent: NcclComm,
     size: usize,
@@ -244,11 +322,46 @@ pub fn grow(
     who: &Membership,
     gen: u64,
 ) -> Result<NcclComm, String> {
+    let start = Instant::now();
     let cell = new_handle_cell();
-    let id = id.map_or(std::ptr::null(), |id| id as *const NcclUniqueId);
-    // SAFETY: the arguments nccl.h prescribes for this caller; id and config are read during the call;
-    // the cell outlives every write.
-    let res = unsafe { ncclCommGrow(parent, size as i32, id, rank, cell.as_ptr(), &mut config()) };
+    let ctx = current_context().inspect_err(|_| abort_all(&[parent]))?;
+    let (id, handed) = (id.copied(), Handed(parent));
+    let called = bounded::call(
+        "ncclCommGrow",
+        limit,
+        &|| who.lost(gen),
+        move || {
+            let res = make_current(&ctx).map(|()| {
+                let id = id
+                    .as_ref()
+                    .map_or(std::ptr::null(), |id| id as *const NcclUniqueId);
+                // SAFETY: the arguments nccl.h prescribes for this caller; the parent is used by this
+                // thread alone until the call returns; id and config are read during the call; the
+                // cell outlives every write.
+                unsafe {
+                    ncclCommGrow(
+                        handed.get(),
+                        size as i32,
+                        id,
+                        rank,
+                        cell.as_ptr(),
+                        &mut config(),
+                    )
+                }
+            });
+            (handed, res)
+        },
+        move |(handed, _)| abort_all(&[cell.load(Ordering::Acquire), handed.get()]),
+    );
+    let res = match called {
+        Ok((_, Ok(res))) => res,
+        Ok((_, Err(e))) => {
+            abort_all(&[parent]);
+            return Err(e);
+        }
+        // The call's thread holds both.
+        Err(e) => return Err(e),
+    };
     let grown = cell.load(Ordering::Acquire);
     let result = match grown.is_null() {
         true => Err(match check_nccl(res, "ncclCommGrow") {
@@ -258,7 +371,8 @@ pub fn grow(
         false => {
             // SAFETY: the handle the grow made, used by this thread alone.
             let mut watch = unsafe { Watch::new(grown, None, who, gen) };
-            let ready = settle(res, &mut watch, "ncclCommGrow", limit);
+            let left = limit.saturating_sub(start.elapsed());
+            let ready = settle(res, &mut watch, "ncclCommGrow", left);
             if ready.is_err() {
                 abort_unless_given_up(grown, watch.work.is_abandoned());
             }

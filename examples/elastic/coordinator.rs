@@ -272,7 +272,8 @@ impl Coordinator {
 
     /// After a recovery below full size: waits (up to `timeout`) for as many replacements as the first
     /// world lacks, then tells the members to grow and each replacement its rank, in order; or, if
-    /// generation `gen` is lost meanwhile, says so. `grow_id` makes the grow's unique id.
+    /// generation `gen` is lost meanwhile, says so. `grow_id` makes the grow's unique id; its failure
+    /// loses `gen` (the members are told to recover; the replacements wait for the next grow).
     pub fn await_grow(&self, gen: u64, timeout: Duration, grow_id: NewId) -> Result<Order, String> {
         let need = {
             let r = lock(&self.roster);
@@ -292,8 +293,15 @@ impl Coordinator {
             ));
         }
         drop(r);
-        let id = grow_id()?;
+        let made = grow_id();
         let mut r = lock(&self.roster);
+        let id = match made {
+            Ok(id) => id,
+            Err(why) => {
+                r.declare_lost(gen, format!("rank 0 could not make the grow id: {why}"));
+                return Ok(Order::NoGrowId { gen, why });
+            }
+        };
         if lost(&r) {
             return Ok(Order::Recover { gen });
         }

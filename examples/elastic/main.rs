@@ -36,6 +36,8 @@
 
 // Revoke, shrink and grow came with NCCL 2.29: built against older headers the example only says so.
 #[cfg(nccl_2_29)]
+mod bounded;
+#[cfg(nccl_2_29)]
 mod client;
 #[cfg(nccl_2_29)]
 mod comm;
@@ -75,6 +77,10 @@ pub struct Args {
     pub master: String,
     pub deadline: Duration,
     pub iters: usize,
+    /// For tests only (`METRALE_ELASTIC_GROW_ID_DELAY_MS`): how long rank 0 waits between its last look
+    /// at the rendezvous and `ncclCommGetUniqueId`, so that a rank killed on its `phase=growid` line
+    /// dies where the rendezvous's look missed it (see `recovery.rs`).
+    pub grow_id_delay: Duration,
 }
 
 #[cfg(nccl_2_29)]
@@ -110,6 +116,10 @@ fn main() -> ExitCode {
     }
 }
 
+/// The variable behind [`Args::grow_id_delay`].
+#[cfg(nccl_2_29)]
+const GROW_ID_DELAY: &str = "METRALE_ELASTIC_GROW_ID_DELAY_MS";
+
 /// `--join`, `--deadline SECS` and `--iters N` are the example's own; the rest is read as
 /// `multi_process` reads it (flags, or the variables of torchrun, srun, mpirun or a PMI launcher).
 #[cfg(nccl_2_29)]
@@ -131,6 +141,14 @@ fn parse_args() -> Result<Args, String> {
         }
     }
     let env = |name: &str| std::env::var(name).ok();
+    let delay = GROW_ID_DELAY;
+    let grow_id_delay = match env(delay) {
+        None => Duration::ZERO,
+        Some(ms) => Duration::from_millis(
+            ms.parse()
+                .map_err(|_| format!("{delay}={ms:?} is not a number of milliseconds"))?,
+        ),
+    };
     let (rank, world_size, local_rank, master) = if join {
         let (local_rank, master) = launcher::joiner(&rest, &env)?;
         (None, 0, local_rank, master)
@@ -146,5 +164,6 @@ fn parse_args() -> Result<Args, String> {
         master,
         deadline: Duration::from_secs(deadline as u64),
         iters,
+        grow_id_delay,
     })
 }

@@ -59,6 +59,9 @@ pub enum Order {
     Grow { gen: u64, size: usize },
     /// Generation `gen` was lost while waiting: give up on it and recover.
     Recover { gen: u64 },
+    /// Rank 0 could not make the grow id (NCCL failed, or the call was given up on: `why`): it no
+    /// longer holds generation `gen`, which is lost for all.
+    NoGrowId { gen: u64, why: String },
 }
 
 /// Either side, for the rank's life.
@@ -93,7 +96,8 @@ impl Membership {
     }
 
     /// On generation `gen` below full size: the grow (rank 0 waits up to `timeout` for replacements and
-    /// makes the grow id with `grow_id`), or the news that `gen` was lost meanwhile.
+    /// makes the grow id with `grow_id`), or the news that `gen` was lost meanwhile (or, at rank 0, in
+    /// `grow_id`).
     pub fn await_grow(&self, gen: u64, timeout: Duration, grow_id: NewId) -> Result<Order, String> {
         match self {
             Membership::Coordinator(c) => c.await_grow(gen, timeout, grow_id),
@@ -138,8 +142,9 @@ mod tests {
     //! The agreement over TCP on loopback, with threads for ranks: no GPU, no NCCL.
 
     use super::*;
-    use crate::client;
     use crate::protocol::How;
+    use crate::{bounded, client};
+    use std::sync::mpsc;
 
     const T: Duration = Duration::from_secs(10);
 
@@ -423,6 +428,126 @@ mod tests {
             waiting.join().expect("no panic")
         });
         assert_eq!(order, Ok(Order::Recover { gen: 1 }));
+    }
+
+    #[test]
+    fn a_failed_grow_id_loses_the_generation_for_all() {
+        let (c, mut members, master) = world(3);
+        drop(members.remove(1)); // rank 2
+        let (own, _) = recover_all(
+            &c,
+            (0, Held::Revoked),
+            &members,
+            &[Held::Revoked],
+            bounds(200),
+            &mut no_id,
+        );
+        own.expect("plan");
+        let (order, member_order) = std::thread::scope(|s| {
+            let _joiner = s.spawn(|| Client::join(&master, Duration::from_millis(500)));
+            let member = s.spawn(|| members[0].await_grow(1, T));
+            let mut failed = || Err("ncclCommGetUniqueId failed: NCCL error 3".to_string());
+            let order = c.await_grow(1, T, &mut failed);
+            (order, member.join().expect("no panic"))
+        });
+        assert_eq!(
+            order,
+            Ok(Order::NoGrowId {
+                gen: 1,
+                why: "ncclCommGetUniqueId failed: NCCL error 3".into()
+            })
+        );
+        assert_eq!(member_order, Ok(Order::Recover { gen: 1 }));
+        let why = members[0].lost(1).expect("told");
+        assert!(
+            why.contains("rank 0 could not make the grow id: ncclCommGetUniqueId failed"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn the_top_rank_dying_under_a_blocked_grow_id_is_a_recovery_and_the_replacement_waits() {
+        let (c, mut members, master) = world(4);
+        drop(members.remove(0)); // rank 1
+        let b = bounds(200);
+        let (own, _) = recover_all(
+            &c,
+            (0, Held::Revoked),
+            &members,
+            &[Held::Revoked; 2],
+            b,
+            &mut no_id,
+        );
+        assert_eq!(own.map(|p| p.size), Ok(3), "ranks 0, 2, 3 become 0, 1, 2");
+        let mut top = members.pop(); // rank 2 of generation 1, the parent's last rank
+                                     // A replacement joins; rank 0 makes the grow id, and the top rank dies just after rank 0 last
+                                     // looked: NCCL's send to it is refused and retried, a call that does not return (here, a gate
+                                     // never opened while rank 0 waits).
+        let (_open, gate) = mpsc::channel::<()>();
+        let mut gate = Some(gate);
+        let first = master.clone();
+        let joiner = std::thread::spawn(move || Client::join(&first, T));
+        let (order, member_order) = std::thread::scope(|s| {
+            let member = s.spawn(|| members[0].await_grow(1, T));
+            let mut grow_id = || {
+                drop(top.take());
+                let gate = gate.take();
+                let call = move || {
+                    let _ = gate.map(|g| g.recv());
+                };
+                bounded::call("ncclCommGetUniqueId", T, &|| c.lost(1), call, |()| ())
+                    .map(|()| "a11".to_string())
+            };
+            let start = Instant::now();
+            let order = c.await_grow(1, T, &mut grow_id);
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "given up on the news, not at the bound: {:?}",
+                start.elapsed()
+            );
+            (order, member.join().expect("no panic"))
+        });
+        let Ok(Order::NoGrowId { gen: 1, why }) = &order else {
+            panic!("{order:?}")
+        };
+        assert!(
+            why.starts_with("ncclCommGetUniqueId: given up while it ran: the rendezvous: rank 2 of generation 1 died"),
+            "{why}"
+        );
+        assert_eq!(
+            member_order,
+            Ok(Order::Recover { gen: 1 }),
+            "the member is told too"
+        );
+        // Rank 0 no longer holds generation 1: a new id for the survivors, the replacement still queued.
+        let mut new_id = || Ok("cafe".to_string());
+        let (own, theirs) = recover_all(
+            &c,
+            (1, Held::Aborted),
+            &members,
+            &[Held::Revoked],
+            b,
+            &mut new_id,
+        );
+        let init = How::Init { id: "cafe".into() };
+        assert_eq!(own.map(|p| (p.gen, p.size, p.how)), Ok((2, 2, init)));
+        assert_eq!(theirs[0].as_ref().map(|p| p.rank), Ok(1));
+        let (order, second) = std::thread::scope(|s| {
+            let second = s.spawn(|| Client::join(&master, T));
+            let order = c.await_grow(2, T, &mut || Ok("b22".to_string()));
+            (order, second.join().expect("no panic"))
+        });
+        assert_eq!(order, Ok(Order::Grow { gen: 3, size: 4 }));
+        let mut ranks: Vec<usize> = [joiner.join().expect("no panic"), second]
+            .into_iter()
+            .map(|j| j.map(|(_, j)| j.rank).expect("joined"))
+            .collect();
+        ranks.sort_unstable();
+        assert_eq!(
+            ranks,
+            vec![2, 3],
+            "the first replacement waited for this grow"
+        );
     }
 
     #[test]

@@ -316,11 +316,11 @@ fn grow_back(
         args.world_size - now.size
     );
     let mut grow_uid = None;
+    let t = Instant::now();
     let mut grow_id = || {
-        let mut id = NcclUniqueId::from_bytes([0; NcclUniqueId::BYTES]);
-        // SAFETY: a live, idle communicator; writes one id.
-        let res = unsafe { ncclCommGetUniqueId(now.comm, &mut id) };
-        check_nccl(res, "ncclCommGetUniqueId").map_err(|e| e.to_string())?;
+        println!("ELASTIC phase=growid rank={} gen={}", now.rank, now.gen);
+        std::thread::sleep(args.grow_id_delay);
+        let id = comm::grow_id(now.comm, who, now.gen, args.deadline)?;
         grow_uid = Some(id);
         Ok(hex::encode(&id.to_bytes()))
     };
@@ -335,6 +335,8 @@ fn grow_back(
         Order::Recover { gen } => {
             Step::lost(&now, comm::give_up_idle(now.comm, who, gen, args.deadline)?)
         }
+        // The communicator is gone (aborted, or left to the given-up call's thread).
+        Order::NoGrowId { gen, why } => Step::failed(gen, now.rank, why, t.elapsed()),
         Order::Grow { gen, size } => {
             println!(
                 "ELASTIC phase=growing rank={} gen={gen} size={size}",

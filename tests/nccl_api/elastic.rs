@@ -12,10 +12,14 @@
 //!   the shrink or the checks after it): the survivors recover again;
 //! - `grow`: 4 ranks, one killed in the steady loop, another (a survivor or a replacement) when rank 0
 //!   starts the grow: they recover again, and a further replacement restores the size;
+//! - `growid`: 4 ranks, one killed in the steady loop, then the last rank of the survivors' communicator
+//!   when rank 0 is about to make the grow id (held there by `METRALE_ELASTIC_GROW_ID_DELAY_MS`, past
+//!   its last look at the rendezvous): NCCL's `ncclCommGetUniqueId` retries the dead rank, rank 0 gives
+//!   the call up on the rendezvous's news, and they recover again and grow back;
 //! - `coordinator`: 4 ranks, rank 0 killed in the steady loop: every other rank must end with the
 //!   example's clear error (rank 0 is gone) within twice the deadline.
 //!
-//! One test per scenario (`two_ranks_one_killed` .. `coordinator_killed`), each within the GPU
+//! One test per scenario (`two_ranks_one_killed` .. `coordinator_killed`, `top_rank_killed_before_the_grow`), each within the GPU
 //! runner's per-test limit; a scenario the variable leaves out prints a SKIP line. Runs per scenario:
 //! `METRALE_ELASTIC_RUNS`, else 5 for the RxD ones and 3 for the others. Every run must end as the
 //! scenario says; the times are printed per run and, per scenario, their median and worst (MEASURED
@@ -37,6 +41,9 @@ use metrale_gpu_testkit::placement::{Mode, Plan};
 const DEADLINE_VAR: &str = "METRALE_ELASTIC_DEADLINE";
 const RUNS_VAR: &str = "METRALE_ELASTIC_RUNS";
 const SCENARIOS_VAR: &str = "METRALE_ELASTIC_SCENARIOS";
+/// What holds rank 0 before its `ncclCommGetUniqueId` in the `growid` scenario (the example's
+/// test-only variable), and for how long: time enough for the kill and for the rendezvous to see it.
+const GROW_ID_DELAY: (&str, &str) = ("METRALE_ELASTIC_GROW_ID_DELAY_MS", "500");
 /// A generous bound on each step of a run (startup, a recovery, a replacement's arrival).
 const STEP_LIMIT: Duration = Duration::from_secs(90);
 /// The latest moment of a kill after every rank is steady.
@@ -47,10 +54,11 @@ enum Scenario {
     Deaths { ranks: usize, deaths: usize },
     DuringShrink,
     DuringGrow,
+    BeforeGrowId,
     Coordinator,
 }
 
-const ALL: [Scenario; 9] = [
+const ALL: [Scenario; 10] = [
     Scenario::Deaths {
         ranks: 2,
         deaths: 1,
@@ -77,6 +85,7 @@ const ALL: [Scenario; 9] = [
     },
     Scenario::DuringShrink,
     Scenario::DuringGrow,
+    Scenario::BeforeGrowId,
     Scenario::Coordinator,
 ];
 
@@ -86,6 +95,7 @@ impl Scenario {
             Scenario::Deaths { ranks, deaths } => format!("{ranks}x{deaths}"),
             Scenario::DuringShrink => "shrink".into(),
             Scenario::DuringGrow => "grow".into(),
+            Scenario::BeforeGrowId => "growid".into(),
             Scenario::Coordinator => "coordinator".into(),
         }
     }
@@ -101,7 +111,7 @@ impl Scenario {
     fn deaths(self) -> (usize, usize) {
         match self {
             Scenario::Deaths { deaths, .. } => (deaths, 0),
-            Scenario::DuringShrink | Scenario::DuringGrow => (1, 1),
+            Scenario::DuringShrink | Scenario::DuringGrow | Scenario::BeforeGrowId => (1, 1),
             Scenario::Coordinator => (1, 0),
         }
     }
@@ -222,6 +232,8 @@ struct Run<'a> {
     /// Which processes were killed.
     killed: Vec<bool>,
     replacements: usize,
+    /// Variables for rank 0 alone.
+    rank0_env: Vec<(&'static str, &'static str)>,
 }
 
 impl Run<'_> {
@@ -236,6 +248,9 @@ impl Run<'_> {
             .args(["--deadline", &self.deadline.as_secs().to_string()]);
         for (k, v) in self.plan.nccl_env(index) {
             cmd.env(k, v);
+        }
+        if index == 0 {
+            cmd.envs(self.rank0_env.iter().copied());
         }
         let who = match index < self.ranks {
             true => format!("rank {index}"),
@@ -312,6 +327,10 @@ fn one_run(
         procs: Vec::new(),
         killed: Vec::new(),
         replacements: 0,
+        rank0_env: match scenario {
+            Scenario::BeforeGrowId => vec![GROW_ID_DELAY],
+            _ => Vec::new(),
+        },
     };
     let result = drive(&mut r, scenario);
     if result.is_err() {
@@ -368,11 +387,23 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
         let kill_now = match scenario {
             Scenario::DuringShrink => phase == "plan",
             Scenario::DuringGrow => phase == "growing",
+            Scenario::BeforeGrowId => phase == "growid",
             _ => false,
         };
         if kill_now && later_left > 0 {
             later_left -= 1;
-            let victim = pick(r.live_members(), 1);
+            let victim = match scenario {
+                // The parent's last rank (the one ncclCommGetUniqueId sends to besides rank 0): the
+                // first world's highest survivor, as nobody has joined yet.
+                Scenario::BeforeGrowId => r
+                    .live_members()
+                    .into_iter()
+                    .filter(|&i| i < ranks)
+                    .max()
+                    .into_iter()
+                    .collect(),
+                _ => pick(r.live_members(), 1),
+            };
             victim.into_iter().for_each(|i| {
                 r.kill(i);
             });
@@ -416,7 +447,11 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
             "the final world is not ranks 0..{ranks} of {ranks}: {finals:?}"
         ));
     }
-    measure(&r.procs[0].output(), killed_at).map(Some)
+    let rank0 = r.procs[0].output();
+    if scenario == Scenario::BeforeGrowId && !rank0.contains("ncclCommGetUniqueId: given up") {
+        return Err("the kill missed rank 0's ncclCommGetUniqueId: rank 0 gave no call up".into());
+    }
+    measure(&rank0, killed_at).map(Some)
 }
 
 /// Rank 0 killed: every other rank must end with the example's error, within twice the deadline (its
@@ -566,5 +601,6 @@ scenarios! {
     eight_ranks_three_killed: Scenario::Deaths { ranks: 8, deaths: 3 };
     killed_during_shrink: Scenario::DuringShrink;
     killed_during_grow: Scenario::DuringGrow;
+    top_rank_killed_before_the_grow: Scenario::BeforeGrowId;
     coordinator_killed: Scenario::Coordinator;
 }
