@@ -196,6 +196,35 @@ mod tests {
         })
     }
 
+    /// A world of `size` ranks in which ranks `dead` (highest first) died, recovered together to
+    /// generation 1 by a shrink: the coordinator, the survivors, the address and rank 0's plan.
+    fn recovered(
+        size: usize,
+        dead: &[usize],
+        b: Bounds,
+    ) -> (Coordinator, Vec<Client>, String, Plan) {
+        let (c, mut members, master) = world(size);
+        for &rank in dead {
+            drop(members.remove(rank - 1));
+        }
+        let held = vec![Held::Revoked; members.len()];
+        let (own, _) = recover_all(&c, (0, Held::Revoked), &members, &held, b, &mut no_id);
+        (c, members, master, own.expect("rank 0's plan"))
+    }
+
+    /// Generation 1 lost with rank 0's communicator aborted: rank 0 and `members` (holding `held`)
+    /// recover together, from the new id `cafe`.
+    fn reinit(
+        c: &Coordinator,
+        members: &[Client],
+        held: &[Held],
+        b: Bounds,
+    ) -> (Result<Plan, String>, Vec<Result<Plan, String>>) {
+        recover_all(c, (1, Held::Aborted), members, held, b, &mut || {
+            Ok("cafe".to_string())
+        })
+    }
+
     fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
         let deadline = Instant::now() + T;
         loop {
@@ -334,32 +363,15 @@ mod tests {
 
     #[test]
     fn a_death_during_recovery_loses_the_new_generation_and_the_next_round_excludes_it() {
-        let (c, mut members, _) = world(4);
-        drop(members.remove(2)); // rank 3
         let b = bounds(200);
-        let (own, _) = recover_all(
-            &c,
-            (0, Held::Revoked),
-            &members,
-            &[Held::Revoked; 2],
-            b,
-            &mut no_id,
-        );
-        assert_eq!(own.map(|p| p.gen), Ok(1));
+        let (c, mut members, _, own) = recovered(4, &[3], b);
+        assert_eq!(own.gen, 1);
         // Rank 1 dies during the shrink to generation 1: generation 1 is lost, for everyone.
         drop(members.remove(0));
         let why = wait_for("the survivor hears of it", || members[0].lost(1));
         assert!(why.contains("rank 1 of generation 1 died"), "{why}");
         // The survivors' shrink was aborted: a new id this time, rank 1 of generation 1 left out.
-        let mut new_id = || Ok("cafe".to_string());
-        let (own, theirs) = recover_all(
-            &c,
-            (1, Held::Aborted),
-            &members,
-            &[Held::Aborted],
-            b,
-            &mut new_id,
-        );
+        let (own, theirs) = reinit(&c, &members, &[Held::Aborted], b);
         let init = How::Init { id: "cafe".into() };
         assert_eq!(
             own.map(|p| (p.gen, p.size, p.how)),
@@ -370,19 +382,8 @@ mod tests {
 
     #[test]
     fn replacements_joining_at_once_restore_full_size_in_order() {
-        let (c, mut members, master) = world(4);
-        drop(members.remove(2)); // rank 3
-        drop(members.remove(0)); // rank 1
-        let b = bounds(200);
-        let (own, _) = recover_all(
-            &c,
-            (0, Held::Revoked),
-            &members,
-            &[Held::Revoked],
-            b,
-            &mut no_id,
-        );
-        assert_eq!(own.map(|p| p.size), Ok(2));
+        let (c, members, master, own) = recovered(4, &[3, 1], bounds(200));
+        assert_eq!(own.size, 2);
         // Two replacements at once; rank 0 and the survivor wait for the grow.
         let (order, member_order, joined) = std::thread::scope(|s| {
             let joiners: Vec<_> = (0..2)
@@ -409,18 +410,7 @@ mod tests {
 
     #[test]
     fn a_death_while_waiting_for_replacements_is_a_recovery_not_a_hang() {
-        let (c, mut members, _) = world(3);
-        drop(members.remove(1)); // rank 2
-        let b = bounds(200);
-        let (own, _) = recover_all(
-            &c,
-            (0, Held::Revoked),
-            &members,
-            &[Held::Revoked],
-            b,
-            &mut no_id,
-        );
-        own.expect("plan");
+        let (c, mut members, _, _) = recovered(3, &[2], bounds(200));
         let order = std::thread::scope(|s| {
             let waiting = s.spawn(|| c.await_grow(1, T, &mut || Err("no grow expected".into())));
             std::thread::sleep(Duration::from_millis(100));
@@ -432,17 +422,7 @@ mod tests {
 
     #[test]
     fn a_failed_grow_id_loses_the_generation_for_all() {
-        let (c, mut members, master) = world(3);
-        drop(members.remove(1)); // rank 2
-        let (own, _) = recover_all(
-            &c,
-            (0, Held::Revoked),
-            &members,
-            &[Held::Revoked],
-            bounds(200),
-            &mut no_id,
-        );
-        own.expect("plan");
+        let (c, members, master, _) = recovered(3, &[2], bounds(200));
         let (order, member_order) = std::thread::scope(|s| {
             let _joiner = s.spawn(|| Client::join(&master, Duration::from_millis(500)));
             let member = s.spawn(|| members[0].await_grow(1, T));
@@ -467,18 +447,9 @@ mod tests {
 
     #[test]
     fn the_top_rank_dying_under_a_blocked_grow_id_is_a_recovery_and_the_replacement_waits() {
-        let (c, mut members, master) = world(4);
-        drop(members.remove(0)); // rank 1
         let b = bounds(200);
-        let (own, _) = recover_all(
-            &c,
-            (0, Held::Revoked),
-            &members,
-            &[Held::Revoked; 2],
-            b,
-            &mut no_id,
-        );
-        assert_eq!(own.map(|p| p.size), Ok(3), "ranks 0, 2, 3 become 0, 1, 2");
+        let (c, mut members, master, own) = recovered(4, &[1], b);
+        assert_eq!(own.size, 3, "ranks 0, 2, 3 become 0, 1, 2");
         let mut top = members.pop(); // rank 2 of generation 1, the parent's last rank
                                      // A replacement joins; rank 0 makes the grow id, and the top rank dies just after rank 0 last
                                      // looked: NCCL's send to it is refused and retried, a call that does not return (here, a gate
@@ -520,15 +491,7 @@ mod tests {
             "the member is told too"
         );
         // Rank 0 no longer holds generation 1: a new id for the survivors, the replacement still queued.
-        let mut new_id = || Ok("cafe".to_string());
-        let (own, theirs) = recover_all(
-            &c,
-            (1, Held::Aborted),
-            &members,
-            &[Held::Revoked],
-            b,
-            &mut new_id,
-        );
+        let (own, theirs) = reinit(&c, &members, &[Held::Revoked], b);
         let init = How::Init { id: "cafe".into() };
         assert_eq!(own.map(|p| (p.gen, p.size, p.how)), Ok((2, 2, init)));
         assert_eq!(theirs[0].as_ref().map(|p| p.rank), Ok(1));
