@@ -8,6 +8,7 @@
 //! - [`ranks`]: one process per rank: a test runs itself once per rank, placed by [`placement`], and
 //!   the ranks exchange unique ids through files; every wait bounded.
 //! - [`child`]: the test binary run again as a child process (a rank, a peer to kill, a crash to contain).
+//! - [`standin`]: a stand-in C library built for the target, and a test run again in a child that loads it.
 //! - [`hex`]: bytes as hex and back (unique ids in variables and text protocols).
 //! - [`codec`]: fp16, bf16, fp8 e4m3 and e5m2 to and from `f64`, rounded as CUDA rounds.
 //! - [`op`]: NCCL's built-in reduction operations and their host-side reference.
@@ -29,4 +30,5 @@ pub mod op;
 pub mod placement;
 pub mod ranks;
 pub mod skip;
+pub mod standin;
 pub mod world;

@@ -8,11 +8,10 @@
 //! does (through the target's runner, qemu-user, when cross-testing).
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use metrale_gpu_sys::cuda::{self, CUDA_VERSION};
 use metrale_gpu_sys::nccl::*;
-use metrale_gpu_testkit::child::this_binary;
+use metrale_gpu_testkit::standin::{Load, StandIn};
 
 /// Set in a child: the case it runs.
 const CHILD: &str = "METRALE_STANDIN_CASE";
@@ -23,33 +22,19 @@ fn in_child(case: &str, flags: &[&str]) -> bool {
     if std::env::var(CHILD).as_deref() == Ok(case) {
         return false;
     }
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("standin-{case}"));
-    std::fs::create_dir_all(&dir).expect("a scratch directory");
-    let source = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/driver_contract/libcuda_standin.c"
-    );
-    let cc = env!("METRALE_TARGET_CC");
-    let built = Command::new(cc)
-        .args(["-shared", "-fPIC", "-Wall", "-Werror", "-o"])
-        .arg(dir.join("libcuda.so.1"))
-        .arg(source)
-        .args(flags)
-        .status()
-        .unwrap_or_else(|e| panic!("{cc} (the compiler that built the shim) does not run: {e}"));
-    assert!(built.success(), "{cc} failed to build the stand-in");
-    let out = this_binary()
-        .args([case, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, case)
-        .env("LD_LIBRARY_PATH", &dir)
-        .output()
-        .expect("the child runs");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && text.contains("1 passed"),
-        "{case} failed in its child:\n{text}"
-    );
+    let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+    StandIn {
+        cc: env!("METRALE_TARGET_CC"),
+        source: concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/driver_contract/libcuda_standin.c"
+        ),
+        flags: &flags,
+        dir: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("standin-{case}")),
+        name: "libcuda.so.1",
+        load: Load::ByName,
+    }
+    .run(case, &[(CHILD, case.to_string())]);
     true
 }
 

@@ -3,13 +3,13 @@
 //! made with the handle after its abort: none may be.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use metrale_gpu_sys::nccl::*;
 #[cfg(nccl_2_29)]
 use metrale_gpu_sys::watchdog::GiveUpError;
 use metrale_gpu_sys::watchdog::{self, CommWork, GiveUp, Poll, WaitError, Watchdog, Watched};
+use metrale_gpu_testkit::standin::{Load, StandIn};
 
 #[test]
 fn a_null_communicator_is_refused_not_aborted_and_then_never_touched() {
@@ -97,50 +97,25 @@ fn in_counting_child(case: &str) -> Option<bool> {
     if std::env::var(CHILD).as_deref() == Ok(case) {
         return None;
     }
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("counting-nccl-{case}"));
-    std::fs::create_dir_all(&dir).expect("a scratch directory");
-    let lib = dir.join("libcounting_nccl.so");
-    let source = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/watchdog/counting_nccl.c"
-    );
     let code = |name: &str, code: NcclResult| format!("-D{name}={}", code.0);
-    let built = Command::new("cc")
-        .args(["-shared", "-fPIC", "-Wall", "-Werror", "-o"])
-        .arg(&lib)
-        .arg(source)
-        .arg(code("NCCL_SUCCESS", NcclResult::ncclSuccess))
-        .arg(code(
-            "NCCL_INVALID_ARGUMENT",
-            NcclResult::ncclInvalidArgument,
-        ))
-        .arg(code("NCCL_IN_PROGRESS", NcclResult::ncclInProgress))
-        .status()
-        .expect("cc runs (apt-get install gcc)");
-    assert!(built.success(), "cc failed to build the counting stand-in");
-    // The harness names a test by its path below the crate: this module's, then the case.
-    let name = format!("comm_work::{case}");
-    let out = Command::new(std::env::current_exe().expect("this test binary"))
-        .args([name.as_str(), "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, case)
-        .env("LD_PRELOAD", &lib)
-        .output();
-    // A cross-built binary under qemu-user cannot start itself without the runner.
-    let out = match out {
-        Ok(out) => out,
-        Err(e) => {
-            println!(
-                "SKIP {case}: cannot start this test binary as a child ({e}): a cross-built one?"
-            );
-            return Some(false);
-        }
+    let flags = [
+        code("NCCL_SUCCESS", NcclResult::ncclSuccess),
+        code("NCCL_INVALID_ARGUMENT", NcclResult::ncclInvalidArgument),
+        code("NCCL_IN_PROGRESS", NcclResult::ncclInProgress),
+    ];
+    let standin = StandIn {
+        cc: env!("METRALE_TARGET_CC"),
+        source: concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/watchdog/counting_nccl.c"
+        ),
+        flags: &flags,
+        dir: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("counting-nccl-{case}")),
+        name: "libcounting_nccl.so",
+        load: Load::Preload,
     };
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && text.contains("1 passed"),
-        "{case} failed in its child:\n{text}"
-    );
+    // The harness names a test by its path below the crate: this module's, then the case.
+    let text = standin.run(&format!("comm_work::{case}"), &[(CHILD, case.to_string())]);
     let ran = !text.contains("SKIP");
     if !ran {
         println!("SKIP {case}: the child could not preload the stand-in (a cross-built binary?):\n{text}");
