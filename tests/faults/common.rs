@@ -171,14 +171,8 @@ impl Summed {
             }
         })
         .map_err(|e| e.to_string())?;
-        let work: Vec<_> = w
-            .comms
-            .iter()
-            .copied()
-            .zip(w.streams.iter().copied())
-            .collect();
         // SAFETY: the world's live communicators and streams, used by this thread alone.
-        if let Err(e) = unsafe { Watchdog::abort_after(ALL_REDUCE_LIMIT).wait_all(&work) } {
+        if let Err(e) = unsafe { Watchdog::abort_after(ALL_REDUCE_LIMIT).wait_all(&w.work()) } {
             // The watchdog aborted them: nothing left to give up on.
             self.world.forget_comms();
             return Err(format!("the all-reduce: {e}"));

@@ -51,14 +51,8 @@ pub fn verdict<T>(w: &mut World, result: Result<T, WaitError>) -> Result<T, Stri
 /// in progress or failed: how long that took.
 pub fn settle(w: &mut World, what: &str) -> Result<Duration, String> {
     let start = Instant::now();
-    let work: Vec<_> = w
-        .comms
-        .iter()
-        .copied()
-        .zip(w.streams.iter().copied())
-        .collect();
     // SAFETY: the world's live communicators and streams, used by this thread alone.
-    let waited = unsafe { WATCHDOG.wait_all(&work) };
+    let waited = unsafe { WATCHDOG.wait_all(&w.work()) };
     verdict(w, waited)
         .map(|()| start.elapsed())
         .map_err(|e| format!("{what}: {e}"))
