@@ -202,16 +202,17 @@ fn fail(done: &[Finished], what: &str) -> ! {
     panic!("{what}");
 }
 
-/// One kill: a fresh job of every rank; once each is inside its loop of all-reduces, rank `victim` is
-/// SIGKILLed. Every survivor must report an error within `bound`, then clean up and exit 0. Returns each
-/// survivor's time from the kill to its error, and the error's kind.
+/// One kill: a fresh job of every rank of `test`; once each is inside its loop of all-reduces, rank
+/// `victim` is SIGKILLed. Every survivor must report an error within `bound`, then clean up and exit 0.
+/// Returns each survivor's time from the kill to its error, and the error's kind.
 fn kill_once(
+    test: &str,
     plan: Plan,
     env: &[(&'static str, String)],
     victim: usize,
     bound: Duration,
 ) -> Vec<(Duration, &'static str)> {
-    let mut job = Job::start(NAME_KILL, plan, env);
+    let mut job = Job::start(test, plan, env);
     for r in 0..plan.ranks() {
         if job.children[r]
             .wait_line("FAULT-LOOPING", LOOPING_LIMIT)
@@ -312,7 +313,7 @@ fn peer_killed_mid_collective() {
     let mut all = Vec::new();
     for rep in 0..reps {
         let victim = (rep + 1) % plan.ranks();
-        let errors = kill_once(plan, &env, victim, bound);
+        let errors = kill_once(NAME_KILL, plan, &env, victim, bound);
         let worst = errors.iter().map(|e| e.0).max().unwrap_or_default();
         println!(
             "kill {}/{reps}: rank {victim} SIGKILLed; every survivor's error within {:.1} s ({})",
@@ -573,4 +574,72 @@ fn abort_from_another_thread_unsticks_a_collective() {
             .check_all_reduce(11)
             .expect("a new communicator after the abort runs a correct all-reduce");
     });
+}
+
+const NAME_FAKE: &str = "peers::fake_killed_rank";
+
+/// A rank of the CPU test below, without a GPU: it publishes its process id, "loops" until some rank's
+/// process is gone, and reports that as the peer-kill ranks do.
+#[test]
+#[ignore = "a rank of kill_once_without_a_gpu's jobs; does nothing by itself"]
+fn fake_killed_rank() {
+    ranks::test(NAME_FAKE).run_raw(|me| {
+        let pid = std::process::id().to_string();
+        me.publish(&format!("pid.{}", me.rank), pid.as_bytes());
+        let pids: Vec<libc::pid_t> = (0..me.nranks)
+            .map(|k| {
+                let text = String::from_utf8(me.fetch(&format!("pid.{k}"))).expect("a pid");
+                text.parse().expect("a pid")
+            })
+            .collect();
+        println!("\nFAULT-LOOPING rank {}", me.rank);
+        std::io::stdout().flush().expect("flush");
+        let start = Instant::now();
+        // SAFETY: signal 0 only asks whether the process exists (the parent reaps the one it kills).
+        let gone = |pid: libc::pid_t| unsafe { libc::kill(pid, 0) } != 0;
+        while !pids.iter().any(|&p| gone(p)) {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "no rank was killed"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        println!(
+            "\nFAULT-DETECTED rank {}: a peer is gone [remote error]",
+            me.rank
+        );
+        std::io::stdout().flush().expect("flush");
+        if std::env::var_os(FAKE_UNCLEAN).is_none() || me.rank != 2 {
+            println!("FAULT-CLEAN rank {}", me.rank);
+        }
+    });
+}
+
+/// Set for the fake ranks: rank 2 reports its error but not its cleanup.
+const FAKE_UNCLEAN: &str = "METRALE_FAKE_UNCLEAN";
+
+/// The peer-kill test's parent side, on fake ranks: the victim is killed once every rank loops, every
+/// survivor's report is read with its time, and each must exit 0 having cleaned up.
+#[test]
+fn kill_once_without_a_gpu() {
+    use metrale_gpu_sys::version::NcclVersion;
+    use metrale_gpu_testkit::placement::Mode;
+    let plan = Plan::new(3, 1, Mode::Hosts, NcclVersion::HEADERS).expect("a plan");
+    let bound = Duration::from_secs(30);
+    let errors = kill_once(NAME_FAKE, plan, &[], 1, bound);
+    assert_eq!(errors.len(), 2, "one report per survivor: {errors:?}");
+    for (after, kind) in errors {
+        assert_eq!(kind, "remote error");
+        assert!(after <= bound, "{after:?}");
+    }
+    // A survivor that did not clean up fails the kill, naming it.
+    let env = [(FAKE_UNCLEAN, "1".to_string())];
+    let failed = std::panic::catch_unwind(|| kill_once(NAME_FAKE, plan, &env, 0, bound))
+        .expect_err("a survivor that did not clean up");
+    let msg = failed.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        msg.contains("rank 2 must abort, free its memory and exit 0"),
+        "{msg}"
+    );
+    assert!(!msg.contains("rank 1 must"), "{msg}");
 }
