@@ -214,7 +214,7 @@ fn multi_process_example_placed() {
         );
     };
     let plan = ranks::plan();
-    println!("examples/multi_process: {plan}");
+    println!("multiprocess::multi_process_example_placed: {plan}");
     let port = free_port().to_string();
     let n = plan.ranks().to_string();
     let children: Vec<child::Child> = (0..plan.ranks())
@@ -261,7 +261,7 @@ fn multi_process_example_under_mpirun() {
         return skip(TEST, "no Open MPI mpirun on this host");
     }
     let plan = ranks::plan();
-    println!("examples/multi_process under mpirun: {plan}");
+    println!("{TEST}: {plan}");
     let exe = std::env::current_exe().expect("the test binary's path");
     let mut cmd = Command::new("mpirun");
     // SAFETY: geteuid has no preconditions.
