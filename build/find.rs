@@ -28,10 +28,13 @@ pub struct PkgConfig {
 #[derive(Debug, Clone)]
 pub struct Places {
     /// `ci/setup`'s NCCL for the pinned version (`.deps/nccl-<v>/nvidia/nccl`, or `.deps/<target>/…` for
-    /// another target than the build machine's).
-    pub setup_nccl: PathBuf,
-    /// `ci/setup`'s CUDA headers (`.deps/cuda-13.0/nvidia/cu13`), the same for every target.
-    pub setup_cuda: PathBuf,
+    /// another target than the build machine's); `None` outside this repository.
+    pub setup_nccl: Option<PathBuf>,
+    /// `ci/setup`'s CUDA headers (`.deps/cuda-13.0/nvidia/cu13`), the same for every target; `None` outside
+    /// this repository.
+    pub setup_cuda: Option<PathBuf>,
+    /// The NCCL version the crate pins: what the not-found message offers to install.
+    pub pinned_nccl: String,
     pub usr_local_cuda: PathBuf,
     pub system_include: PathBuf,
     /// The target's multiarch library folder (`/usr/lib/aarch64-linux-gnu`).
@@ -46,18 +49,23 @@ pub struct Places {
 }
 
 impl Places {
-    pub fn new(manifest_dir: &Path, pinned_nccl: &str, target: &str, host: &str) -> Places {
-        let deps = manifest_dir.join(".deps");
+    /// `deps`: `ci/setup`'s `.deps/` folder, where the build runs in this repository (a published crate has
+    /// no `ci/setup`, and never looks into a `.deps/` that happens to lie beside it).
+    pub fn new(deps: Option<&Path>, pinned_nccl: &str, target: &str, host: &str) -> Places {
         let native = target == host;
-        let nccl_deps = if native {
-            deps.clone()
-        } else {
-            deps.join(target)
+        let nccl_deps = |deps: &Path| {
+            if native {
+                deps.to_path_buf()
+            } else {
+                deps.join(target)
+            }
         };
         let arch = target.split('-').next().unwrap_or(target);
         Places {
-            setup_nccl: nccl_deps.join(format!("nccl-{pinned_nccl}/nvidia/nccl")),
-            setup_cuda: deps.join("cuda-13.0/nvidia/cu13"),
+            setup_nccl: deps
+                .map(|deps| nccl_deps(deps).join(format!("nccl-{pinned_nccl}/nvidia/nccl"))),
+            setup_cuda: deps.map(|deps| deps.join("cuda-13.0/nvidia/cu13")),
+            pinned_nccl: pinned_nccl.to_string(),
             usr_local_cuda: PathBuf::from("/usr/local/cuda"),
             system_include: PathBuf::from("/usr/include"),
             system_lib: PathBuf::from(format!("/usr/lib/{arch}-linux-gnu")),
@@ -115,6 +123,7 @@ pub fn find(host: &dyn Host, places: &Places) -> Result<Found, String> {
         (nccl, cuda) => Err(not_found_message(
             nccl.err().map(|what| (what, tried)),
             cuda.err().map(|what| (what, cuda_tried)),
+            places,
         )),
     }
 }
@@ -128,13 +137,17 @@ fn passed_over<'a>(tried: &'a str, prefix: &'a str) -> impl Iterator<Item = Stri
         .map(String::from)
 }
 
-/// `name` as the build reads it for the target: `<name>_<target>`, with the triple's `-` as `_` and then as
-/// is (as cc and openssl-sys read theirs), before `<name>`. Every form is read, so that each is declared to
-/// cargo; the first one set wins, and comes back with its value.
+/// `name` as the build reads it for the target, before `<name>` itself: `<name>_<target>`, with the
+/// triple's `-` as `_` and then as is (as cc reads its variables: `CC_aarch64_unknown_linux_gnu`), then
+/// `<TARGET>_<name>`, the triple in capitals with `_` (as openssl-sys reads its:
+/// `AARCH64_UNKNOWN_LINUX_GNU_OPENSSL_DIR`). Every form is read, so that each is declared to cargo; the
+/// first one set wins, and comes back with its value.
 pub fn var(host: &dyn Host, places: &Places, name: &str) -> Option<(String, PathBuf)> {
+    let underscored = places.target.replace('-', "_");
     let forms = [
-        format!("{name}_{}", places.target.replace('-', "_")),
+        format!("{name}_{underscored}"),
         format!("{name}_{}", places.target),
+        format!("{}_{name}", underscored.to_uppercase()),
         name.to_string(),
     ];
     let values: Vec<(String, Option<PathBuf>)> = forms
@@ -156,20 +169,30 @@ type NcclStep = (String, Vec<PathBuf>, Vec<PathBuf>);
 fn find_nccl(host: &dyn Host, places: &Places, tried: &mut String) -> Result<NcclHit, String> {
     let mut steps: Vec<NcclStep> = Vec::new();
 
-    // 1. Both directories named outright.
+    // 1. The directories named outright; one alone stands for the installation root above it.
     match (
         var(host, places, "NCCL_INCLUDE_DIR"),
         var(host, places, "NCCL_LIB_DIR"),
     ) {
         (None, None) => note(tried, "NCCL_INCLUDE_DIR, NCCL_LIB_DIR", "not set"),
-        (inc, lib) => {
-            let inc = inc.map(|(_, dir)| dir).unwrap_or_default();
-            let lib = lib.map(|(_, dir)| dir);
-            let libs = match lib {
-                Some(lib) => vec![lib],
-                None => lib_dirs_beside(&inc),
-            };
-            steps.push(("NCCL_INCLUDE_DIR/NCCL_LIB_DIR".into(), vec![inc], libs));
+        (Some((_, inc)), Some((_, lib))) => {
+            steps.push(("NCCL_INCLUDE_DIR/NCCL_LIB_DIR".into(), vec![inc], vec![lib]));
+        }
+        (Some((form, inc)), None) => {
+            let libs = inc.parent().map(lib_dirs).unwrap_or_default();
+            let step = format!(
+                "{form}={} without NCCL_LIB_DIR (set it too, or the library is looked for beside it)",
+                inc.display()
+            );
+            steps.push((step, vec![inc], libs));
+        }
+        (None, Some((form, lib))) => {
+            let incs = lib.parent().map(|root| vec![root.join("include")]);
+            let step = format!(
+                "{form}={} without NCCL_INCLUDE_DIR (set it too, or nccl.h is looked for beside it)",
+                lib.display()
+            );
+            steps.push((step, incs.unwrap_or_default(), vec![lib]));
         }
     }
     // 2. An installation root.
@@ -177,11 +200,13 @@ fn find_nccl(host: &dyn Host, places: &Places, tried: &mut String) -> Result<Ncc
         steps.push((step, vec![root.join("include")], lib_dirs(&root)));
     }
     // 3. What ci/setup installed into this checkout.
-    steps.push((
-        "ci/setup's folder".into(),
-        vec![places.setup_nccl.join("include")],
-        vec![places.setup_nccl.join("lib")],
-    ));
+    if let Some(setup) = &places.setup_nccl {
+        steps.push((
+            "ci/setup's folder".into(),
+            vec![setup.join("include")],
+            vec![setup.join("lib")],
+        ));
+    }
     if let Some(hit) = first_nccl(&steps, tried) {
         return Ok(hit);
     }
@@ -280,10 +305,9 @@ fn find_cuda(
     for (step, root) in roots(host, places, &["CUDA_HOME", "CUDA_PATH"], tried) {
         steps.push((step, cuda_include_dirs(&root, places)));
     }
-    steps.push((
-        "ci/setup's folder".into(),
-        vec![places.setup_cuda.join("include")],
-    ));
+    if let Some(setup) = &places.setup_cuda {
+        steps.push(("ci/setup's folder".into(), vec![setup.join("include")]));
+    }
     if let Some(hit) = first_cuda(&steps, tried) {
         return Ok(hit);
     }
@@ -360,11 +384,6 @@ fn lib_dirs(root: &Path) -> Vec<PathBuf> {
     vec![root.join("lib64"), root.join("lib")]
 }
 
-/// Library directories for an include directory given alone: its parent's.
-fn lib_dirs_beside(include: &Path) -> Vec<PathBuf> {
-    include.parent().map(lib_dirs).unwrap_or_default()
-}
-
 /// The name to link libnccl by in `dir`: the unversioned link where one exists, else the SONAME.
 pub fn nccl_lib_file(dir: &Path) -> Option<String> {
     ["libnccl.so", "libnccl.so.2"]
@@ -382,7 +401,11 @@ fn list(dirs: &[PathBuf]) -> String {
     names.join(", ")
 }
 
-fn not_found_message(nccl: Option<(String, String)>, cuda: Option<(String, String)>) -> String {
+fn not_found_message(
+    nccl: Option<(String, String)>,
+    cuda: Option<(String, String)>,
+    places: &Places,
+) -> String {
     let mut msg = String::from("metrale-gpu-sys could not find ");
     let missing: Vec<&str> = [&nccl, &cuda]
         .iter()
@@ -393,15 +416,28 @@ fn not_found_message(nccl: Option<(String, String)>, cuda: Option<(String, Strin
     for (what, tried) in [nccl, cuda].into_iter().flatten() {
         let _ = write!(msg, "\n  Looked for {what}, in this order:\n{tried}");
     }
+    if places.setup_nccl.is_some() {
+        msg.push_str(
+            "\n  To fix it on a Debian/Ubuntu build machine without a CUDA toolkit, run in this repository:\n\
+             \n        ci/setup\n\
+             \n  It installs the pinned NCCL and the CUDA 13 headers from PyPI into .deps/, where the build finds them.\n",
+        );
+    } else {
+        let _ = write!(
+            msg,
+            "\n  To fix it without a CUDA toolkit, install NVIDIA's wheels of NCCL and the CUDA headers:\n\
+             \n        pip install nvidia-nccl-cu13=={} nvidia-cuda-runtime nvidia-cuda-crt nvidia-cuda-cccl\n\
+             \n  (CUDA 12: nvidia-nccl-cu12, nvidia-cuda-runtime-cu12, nvidia-cuda-nvcc-cu12, nvidia-cuda-cccl-cu12),\n\
+             \x20 and point the build at them as below.\n",
+            places.pinned_nccl
+        );
+    }
     msg.push_str(
-        "\n  To fix it on a Debian/Ubuntu build machine without a CUDA toolkit, run in this repository:\n\
-         \n        ci/setup\n\
-         \n  It installs the pinned NCCL and the CUDA 13 headers from PyPI into .deps/, where the build finds them.\n\
-         \n  Or point the build at an installation:\n\
+        "\n  Point the build at an installation:\n\
          \x20     NCCL_HOME=<root with include/nccl.h and lib/libnccl.so*>   (a pip install: .../site-packages/nvidia/nccl)\n\
          \x20     CUDA_HOME=<root with include/cuda.h>                       (a pip install: .../site-packages/nvidia)\n\
          \x20     or NCCL_INCLUDE_DIR + NCCL_LIB_DIR, CUDA_INCLUDE_DIR, or a pkg-config file nccl.pc;\n\
-         \x20     each also as <NAME>_<target triple>, which is read first (for cross-builds).\n",
+         \x20     each also as <NAME>_<target triple> or <TARGET TRIPLE>_<NAME>, read first (for cross-builds).\n",
     );
     msg
 }

@@ -1,11 +1,19 @@
 //! Finds NCCL and the CUDA headers, translates them with bindgen, compiles the C shim, and links libnccl.
-//! The steps, in order: `find` (discovery), `header` (versions), `bindings` (bindgen), the shim (cc), linking.
+//! The steps, in order: `find` (discovery), `header` (versions), `bindings` (bindgen, feature `bindgen`)
+//! or `snapshot` (`bundled-bindings`), the shim (cc), linking.
 //! Any failure ends the build with one message on stderr: what is missing, where it looked, how to fix it.
 
+#[cfg(feature = "bindgen")]
+mod bindgen_panic;
+#[cfg(feature = "bindgen")]
 mod bindings;
+#[cfg(feature = "bindgen")]
+mod driver_table;
 mod env;
 mod find;
 mod header;
+#[cfg(feature = "bindgen")]
+mod layout;
 mod snapshot;
 // Shared with the crate (which compares it with the loaded library's version): one definition of the type.
 #[allow(dead_code)] // `from_code` is the crate's
@@ -50,10 +58,19 @@ fn run() -> Result<(), String> {
         return Ok(());
     }
 
+    let bundled = env::var("CARGO_FEATURE_BUNDLED_BINDINGS").is_some();
+    if !bundled && !cfg!(feature = "bindgen") {
+        return Err(no_bindings());
+    }
     let target = required("TARGET")?;
     let host = required("HOST")?;
+    // This repository (not a published copy, which lacks ci/setup): ci/setup's folder is searched too.
+    let deps = manifest_dir
+        .join("ci/setup")
+        .is_file()
+        .then(|| manifest_dir.join(".deps"));
     let places = find::Places::new(
-        &manifest_dir,
+        deps.as_deref(),
         &pinned_nccl(),
         &target.to_string_lossy(),
         &host.to_string_lossy(),
@@ -72,14 +89,17 @@ fn run() -> Result<(), String> {
     include_dirs.extend(found.cuda_include.iter().cloned());
     let mut shim = cc::Build::new();
     // With `bundled-bindings`: what a failed compile of the shim means.
-    let bundled_note = if env::var("CARGO_FEATURE_BUNDLED_BINDINGS").is_some() {
+    let bundled_note = if bundled {
         use_snapshot(&snapshot, (nccl, cuda), &found, &out_dir, &mut shim)?
     } else {
-        generate_bindings(&bindings::Inputs {
+        generate_bindings(&Inputs {
             wrapper: &manifest_dir.join("wrapper.h"),
             shim_header: &manifest_dir.join("shim/shim.h"),
             include_dirs: &include_dirs,
             out_dir: &out_dir,
+            nccl,
+            cuda,
+            filled: &snapshot::FILLED_STRUCTS,
         })?;
         String::new()
     };
@@ -126,7 +146,7 @@ fn use_snapshot(
         return Err(format!(
             "the bundled bindings (feature `bundled-bindings`) were made from CUDA {}.{} headers, but the \
              headers found are CUDA {}.{} ({}): the driver table and the driver version check follow the \
-             headers' major version. Point the build at CUDA {} headers (ci/setup), or drop the feature so \
+             headers' major version. Point the build at CUDA {} headers (CUDA_HOME), or drop the feature so \
              bindgen translates the headers found.",
             bundled_cuda / 1000,
             bundled_cuda % 1000 / 10,
@@ -146,7 +166,7 @@ fn use_snapshot(
     }
     shim.define("METRALE_BUNDLED_BINDINGS", None);
     let mut sizes = Vec::new();
-    for (c_name, size) in snapshot.filled_struct_sizes()? {
+    for (c_name, size) in snapshot.filled_struct_sizes(&snapshot::FILLED_STRUCTS) {
         shim.define(
             &format!("METRALE_SNAPSHOT_SIZEOF_{c_name}"),
             size.to_string().as_str(),
@@ -176,23 +196,38 @@ fn required(name: &str) -> Result<std::ffi::OsString, String> {
     env::var(name).ok_or_else(|| format!("{name} is not set: run this build script through cargo"))
 }
 
-/// bindgen panics when it cannot load libclang; that becomes the same kind of message as any other failure.
-fn generate_bindings(inputs: &bindings::Inputs) -> Result<(), String> {
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let result = std::panic::catch_unwind(|| bindings::generate(inputs));
-    std::panic::set_hook(previous);
-    result.unwrap_or_else(|panic| {
-        let why = panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
-        Err(format!(
-            "bindgen failed: {why}\nbindgen needs libclang: `apt-get install libclang-dev` (ci/setup does it), \
-             or set LIBCLANG_PATH to the directory holding libclang.so."
-        ))
-    })
+/// What bindgen translates, and where its output goes.
+#[cfg_attr(not(feature = "bindgen"), allow(dead_code))]
+struct Inputs<'a> {
+    wrapper: &'a Path,
+    shim_header: &'a Path,
+    include_dirs: &'a [PathBuf],
+    out_dir: &'a Path,
+    /// The headers' versions and the structs the shim fills, recorded beside the bindings (`facts.rs`).
+    nccl: NcclVersion,
+    cuda: u32,
+    filled: &'a [&'a str],
+}
+
+#[cfg(feature = "bindgen")]
+fn generate_bindings(inputs: &Inputs) -> Result<(), String> {
+    bindings::generate(inputs)
+}
+
+#[cfg(not(feature = "bindgen"))]
+fn generate_bindings(_: &Inputs) -> Result<(), String> {
+    Err(no_bindings())
+}
+
+/// Why a build with neither `bindgen` nor `bundled-bindings` stops.
+fn no_bindings() -> String {
+    format!(
+        "metrale-gpu-sys has neither of the features that give it bindings: `bindgen` (a default feature: \
+         translates the headers found, needs libclang) or `bundled-bindings` (the committed bindings of NCCL \
+         {}). Enable one in your Cargo.toml, e.g. `metrale-gpu-sys = {{ version = \"…\", \
+         default-features = false, features = [\"bundled-bindings\"] }}`.",
+        pinned_nccl()
+    )
 }
 
 /// Dynamic link to libnccl, by its SONAME where the unversioned link is missing (pip wheels), with a

@@ -13,6 +13,15 @@
 //!   [`GpuError::DriverFunctionMissing`], naming it and the CUDA version that introduced it, never a
 //!   crash. [`check_cuda`] takes either kind of result. `cuEventElapsedTime` calls `cuEventElapsedTime_v2`
 //!   (CUDA 12.8+) where the driver has it, else the original.
+//!
+//! # One table, never unloaded
+//! Only [`driver`] builds a [`DriverApi`], once, and keeps it for the process's life: unloading a driver
+//! whose functions ran is undefined behaviour, so no caller can load a table and drop it.
+//! ```compile_fail,E0624
+//! // SAFETY: none is needed: the call does not compile (`from_library` is the crate's own).
+//! let library = unsafe { libloading::Library::new("libcuda.so.1") }.expect("libcuda");
+//! let api = unsafe { metrale_gpu_sys::cuda::DriverApi::from_library(library) };
+//! ```
 
 use std::sync::{Mutex, OnceLock};
 
@@ -22,8 +31,8 @@ pub use crate::bindings::{
 };
 use crate::error::{c_text, CudaVersion, GpuError};
 
-/// The driver's function table, generated around bindgen's declarations from cuda.h (`build/bindings.rs`
-/// lists the functions), and cuda.h's names of `CUresult` values.
+/// The driver's function table, generated around bindgen's declarations from cuda.h
+/// (`build/driver_table.rs` lists the functions), and cuda.h's names of `CUresult` values.
 pub mod api {
     #![allow(non_snake_case, missing_docs)]
     use crate::bindings::*;
@@ -57,7 +66,9 @@ impl DriverApi {
     fn missing(&self, function: &'static str, needs: Option<u32>) -> GpuError {
         let mut driver = 0;
         // SAFETY: writes one int through a valid pointer; needs no initialised driver.
-        unsafe { self.cuDriverGetVersion(&mut driver) };
+        if unsafe { self.cuDriverGetVersion(&mut driver) } != CUresult::CUDA_SUCCESS {
+            driver = 0; // the version it could not tell
+        }
         GpuError::DriverFunctionMissing {
             function,
             needs,
@@ -223,11 +234,15 @@ fn check_with(api: &DriverApi, result: CUresult, context: &str) -> Result<(), Gp
         return Ok(());
     }
     let (mut name, mut text) = (std::ptr::null(), std::ptr::null());
-    // SAFETY: both write a pointer to a static string, or leave NULL for a code they do not know.
+    // SAFETY: both write a pointer to a static string, or fail (and leave NULL) for a code they do not
+    // know; the pointer is read only after a success.
     let (name, text) = unsafe {
-        (api.cuGetErrorName)(result, &mut name);
-        (api.cuGetErrorString)(result, &mut text);
-        (c_text(name), c_text(text))
+        let named = (api.cuGetErrorName)(result, &mut name) == CUresult::CUDA_SUCCESS;
+        let described = (api.cuGetErrorString)(result, &mut text) == CUresult::CUDA_SUCCESS;
+        (
+            named.then(|| c_text(name)).flatten(),
+            described.then(|| c_text(text)).flatten(),
+        )
     };
     Err(GpuError::Cuda {
         context: context.to_string(),

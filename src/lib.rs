@@ -16,9 +16,40 @@
 //! Rust enums, so a value the headers do not list (a newer library's status, a custom reduction op) is an
 //! ordinary value, never undefined behaviour.
 //!
+//! Every status is `#[must_use]` (bindgen marks the types and every function returning one): a caller
+//! who drops an `ncclResult_t` or a `CUresult` gets a warning, so a failure cannot pass unnoticed.
+//! ```compile_fail
+//! #![deny(unused_must_use)]
+//! let mut version = 0;
+//! // SAFETY: writes one int.
+//! unsafe { metrale_gpu_sys::ncclGetVersion(&mut version) }; // an ignored ncclResult_t
+//! ```
+//! ```compile_fail
+//! #![deny(unused_must_use)]
+//! fn query(api: &metrale_gpu_sys::cuda::DriverApi, stream: metrale_gpu_sys::CUstream) {
+//!     // SAFETY: the caller's stream is live.
+//!     unsafe { api.cuStreamQuery(stream) }; // an ignored CUresult
+//! }
+//! ```
+//! Checked, the same calls compile:
+//! ```no_run
+//! #![deny(unused_must_use)]
+//! use metrale_gpu_sys::{cuda::DriverApi, nccl::*};
+//!
+//! fn query(api: &DriverApi, stream: CUstream) -> Result<(), GpuError> {
+//!     let mut version = 0;
+//!     // SAFETY: writes one int; the caller's stream is live.
+//!     unsafe {
+//!         check_nccl(ncclGetVersion(&mut version), "ncclGetVersion")?;
+//!         check_cuda(api.cuStreamQuery(stream), "cuStreamQuery")
+//!     }
+//! }
+//! # fn main() { let _ = query; }
+//! ```
+//!
 //! # The smallest correct program
 //! Two ranks (one per GPU, driven from one process), an all-reduce, a check, and clean-up. Across processes
-//! or hosts, rank 0 sends `id.to_bytes()` to the others (see `examples/multi_process.rs`). Every copy runs
+//! or hosts, rank 0 sends `id.to_bytes()` to the others (see `examples/multi_process/`). Every copy runs
 //! on the collective's stream: a `cuMemcpyHtoD` from pageable memory may return before the data is on the
 //! device, and a non-blocking stream does not wait for the legacy stream, so a collective on another
 //! stream could read stale data.
@@ -126,7 +157,9 @@ pub mod bindings {
         clippy::missing_safety_doc,
         clippy::undocumented_unsafe_blocks,
         clippy::useless_transmute,
-        clippy::ptr_offset_with_cast
+        clippy::ptr_offset_with_cast,
+        // nccl.h's comments, carried over as they are.
+        clippy::doc_lazy_continuation
     )]
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 }

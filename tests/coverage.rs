@@ -1,56 +1,70 @@
 //! Every function nccl.h declares is called somewhere in the crate: by a helper (`src/`), a test, an
-//! example or a benchmark. The header is the one the build used (`build_info::NCCL_INCLUDE`), so the
-//! list follows the installed NCCL. A call is the name followed by `(` in a `.rs` file, outside `//`
-//! comments; the generated snapshot (`src/snapshot/`) declares every function and does not count.
-//! Needs no GPU: it reads files.
+//! example or a benchmark. The functions are the `nccl*` ones bindgen generated from the header the build
+//! used, so the list follows the installed NCCL. A call is what syn parses as a call expression of that
+//! name (also inside a macro's arguments): never a mention in a string or a comment. The generated
+//! snapshot (`src/snapshot/`) declares every function and does not count. Needs no GPU: it reads files.
 
 use std::path::{Path, PathBuf};
 
-use metrale_gpu_sys::version::build_info;
+use syn::visit::Visit;
 
 /// Where calls are looked for, under the crate's root.
 const SEARCHED: &[&str] = &["src", "tests", "examples", "benches", "bench"];
 /// bindgen's output, committed: it names everything and calls nothing.
 const GENERATED: &str = "src/snapshot";
-/// The return types of nccl.h's functions.
-const RETURNS: &[&str] = &["ncclResult_t", "void", "const char*"];
 
-/// The functions a header declares: `<return type> nccl…(` at the start of a line, without the
-/// `pnccl…` profiling twins.
-fn declared(header: &str) -> Vec<String> {
-    let mut names: Vec<String> = header
-        .lines()
-        .filter_map(|line| {
-            let line = line.trim_start();
-            let rest = RETURNS.iter().find_map(|r| line.strip_prefix(r))?;
-            if !rest.starts_with(char::is_whitespace) {
-                return None;
-            }
-            let rest = rest.trim_start();
-            let name: String = rest
-                .chars()
-                .take_while(|&c| c.is_ascii_alphanumeric() || c == '_')
-                .collect();
-            let call = rest[name.len()..].trim_start().starts_with('(');
-            (call && name.starts_with("nccl")).then_some(name)
+/// The `nccl*` functions of bindgen's `extern "C"` blocks (not the shim's `metrale_*`).
+fn declared(bindings: &syn::File) -> Vec<String> {
+    let mut names: Vec<String> = bindings
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            syn::Item::ForeignMod(block) => Some(&block.items),
+            _ => None,
         })
+        .flatten()
+        .filter_map(|item| match item {
+            syn::ForeignItem::Fn(f) => Some(f.sig.ident.to_string()),
+            _ => None,
+        })
+        .filter(|name| name.starts_with("nccl"))
         .collect();
     names.sort();
     names.dedup();
     names
 }
 
-/// Whether `source` calls `name`: the whole identifier, then `(`, outside a `//` comment.
-fn calls(source: &str, name: &str) -> bool {
-    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    source.lines().any(|line| {
-        let code = line.split("//").next().unwrap_or("");
-        code.match_indices(name).any(|(at, _)| {
-            let before = code[..at].chars().next_back();
-            let after = code[at + name.len()..].trim_start();
-            !before.is_some_and(ident) && after.starts_with('(')
-        })
-    })
+/// The names of the functions a file calls: `f(…)` and `path::f(…)`, in code and in macro arguments
+/// that parse as expressions or statements.
+#[derive(Default)]
+struct Calls(Vec<String>);
+
+impl<'ast> Visit<'ast> for Calls {
+    fn visit_expr_call(&mut self, call: &'ast syn::ExprCall) {
+        if let syn::Expr::Path(path) = &*call.func {
+            if let Some(last) = path.path.segments.last() {
+                self.0.push(last.ident.to_string());
+            }
+        }
+        syn::visit::visit_expr_call(self, call);
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        use syn::parse::Parser;
+        let exprs = syn::punctuated::Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated;
+        if let Ok(args) = exprs.parse2(mac.tokens.clone()) {
+            args.iter().for_each(|e| self.visit_expr(e));
+        } else if let Ok(body) = syn::Block::parse_within.parse2(mac.tokens.clone()) {
+            body.iter().for_each(|s| self.visit_stmt(s));
+        }
+    }
+}
+
+/// What `source` calls; `Err` when syn cannot parse it.
+fn calls(source: &str) -> Result<Vec<String>, syn::Error> {
+    let mut calls = Calls::default();
+    calls.visit_file(&syn::parse_file(source)?);
+    Ok(calls.0)
 }
 
 fn rust_files(dir: &Path, root: &Path, out: &mut Vec<PathBuf>) {
@@ -74,33 +88,31 @@ fn rust_files(dir: &Path, root: &Path, out: &mut Vec<PathBuf>) {
 
 #[test]
 fn every_function_of_nccl_h_is_called() {
-    let header_path = Path::new(build_info::NCCL_INCLUDE).join("nccl.h");
-    let header = std::fs::read_to_string(&header_path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", header_path.display()));
-    let functions = declared(&header);
+    let bindings = include_str!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+    let functions = declared(&syn::parse_file(bindings).expect("bindgen's output parses"));
     assert!(
         functions.iter().any(|f| f == "ncclAllReduce")
             && functions.iter().any(|f| f == "ncclGetErrorString"),
-        "the declarations of {} were not understood (found {functions:?})",
-        header_path.display()
+        "the generated declarations were not understood (found {functions:?})"
     );
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
     for dir in SEARCHED {
         rust_files(&root.join(dir), root, &mut files);
     }
-    let sources: Vec<String> = files
-        .iter()
-        .filter_map(|f| std::fs::read_to_string(f).ok())
-        .collect();
-    let uncalled: Vec<&String> = functions
-        .iter()
-        .filter(|f| !sources.iter().any(|s| calls(s, f)))
-        .collect();
+    let mut called = Vec::new();
+    for file in &files {
+        let source = std::fs::read_to_string(file)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
+        called.extend(
+            calls(&source).unwrap_or_else(|e| panic!("syn cannot parse {}: {e}", file.display())),
+        );
+    }
+    let uncalled: Vec<&String> = functions.iter().filter(|f| !called.contains(f)).collect();
     println!(
-        "{} functions declared by {}, {} called in {} files under {SEARCHED:?}",
+        "{} functions declared by nccl.h ({}), {} called in {} files under {SEARCHED:?}",
         functions.len(),
-        header_path.display(),
+        metrale_gpu_sys::version::build_info::NCCL_INCLUDE,
         functions.len() - uncalled.len(),
         files.len()
     );
@@ -113,17 +125,29 @@ fn every_function_of_nccl_h_is_called() {
     );
 }
 
-/// The parser and the call finder on the shapes nccl.h and Rust code take.
+/// The declarations bindgen writes, and what counts as a call: never a name in a string or a comment.
 #[test]
 fn declarations_and_calls_are_recognised() {
-    let header = "ncclResult_t  ncclFoo(int x);\nncclResult_t pncclFoo(int x);\n\
-                  const char*  ncclBar(ncclResult_t r);\nvoid  ncclBaz();\ntypedef struct { int opCnt; } ncclDesc_t;\n\
-                  ncclResult_t ncclLong(const void* a,\n    int b);\n * ncclResult_t ncclInComment(";
+    let bindings = "unsafe extern \"C\" { pub fn ncclFoo(x: i32) -> ncclResult_t; \
+                    pub fn metrale_shim(out: *mut i32); }\npub type ncclBar = i32;";
     assert_eq!(
-        declared(header),
-        ["ncclBar", "ncclBaz", "ncclFoo", "ncclLong"]
+        declared(&syn::parse_file(bindings).expect("parses")),
+        ["ncclFoo"]
     );
-    assert!(calls("let r = unsafe { ncclFoo (1) };", "ncclFoo"));
-    assert!(!calls("// ncclFoo(1)", "ncclFoo"));
-    assert!(!calls("pncclFoo(1); ncclFooBar(2); \"ncclFoo\"", "ncclFoo"));
+    let source = r#"
+        // ncclInComment(1)
+        /// ncclInDoc(1)
+        fn f() {
+            let r = unsafe { ncclFoo (1) };
+            let path = metrale_gpu_sys::ncclPath(2);
+            assert_eq!(unsafe { ncclInMacro(3) }, r, "ncclInString({})", 4);
+            let s = "ncclInString(5)";
+            let g = ncclNotCalled;
+            vec![ncclInVec(6); 2];
+        }
+    "#;
+    let mut found = calls(source).expect("parses");
+    found.retain(|c| c.starts_with("nccl"));
+    found.sort();
+    assert_eq!(found, ["ncclFoo", "ncclInMacro", "ncclInVec", "ncclPath"]);
 }

@@ -72,11 +72,12 @@ fn cuda_root(dir: &Path) -> PathBuf {
     dir.to_path_buf()
 }
 
-/// Places whose fixed directories are all empty, under `dir`.
+/// Places whose fixed directories are all empty, under `dir`, as in this repository (with ci/setup's).
 fn empty_places(dir: &Path) -> Places {
     Places {
-        setup_nccl: dir.join("deps/nccl"),
-        setup_cuda: dir.join("deps/cuda"),
+        setup_nccl: Some(dir.join("deps/nccl")),
+        setup_cuda: Some(dir.join("deps/cuda")),
+        pinned_nccl: "2.29.7".to_string(),
         usr_local_cuda: dir.join("usr-local-cuda"),
         system_include: dir.join("usr-include"),
         system_lib: dir.join("usr-lib"),
@@ -120,6 +121,10 @@ fn nothing_anywhere_gives_one_message_naming_every_place_and_the_fix() {
         msg.contains("\n        ci/setup\n"),
         "the fix is one command: {msg}"
     );
+    assert!(
+        !msg.contains("pip install nvidia"),
+        "inside the repository: {msg}"
+    );
     for var in [
         "NCCL_HOME=",
         "CUDA_HOME=",
@@ -128,6 +133,96 @@ fn nothing_anywhere_gives_one_message_naming_every_place_and_the_fix() {
     ] {
         assert!(msg.contains(var), "{var}: {msg}");
     }
+}
+
+/// ci/setup's folder, which `empty_places` has.
+fn setup(folder: &Option<PathBuf>) -> &Path {
+    folder.as_deref().expect("ci/setup's folder")
+}
+
+/// A published crate (no ci/setup beside it) never looks into a `.deps/` that happens to be there, and its
+/// not-found message offers NVIDIA's wheels and the variables, not a script it does not ship.
+#[test]
+fn outside_the_repository_deps_is_not_searched_and_the_message_names_the_wheels() {
+    let dir = scratch("published");
+    let places = Places {
+        setup_nccl: None,
+        setup_cuda: None,
+        ..empty_places(&dir)
+    };
+    nccl_root(&dir.join("deps/nccl"), "lib", "libnccl.so.2");
+    cuda_root(&dir.join("deps/cuda"));
+    let msg = find(&Fake::default(), &places).expect_err("nothing searched holds NCCL");
+    assert!(!msg.contains("ci/setup"), "{msg}");
+    assert!(!msg.contains(".deps"), "{msg}");
+    for fix in [
+        "pip install nvidia-nccl-cu13==2.29.7 nvidia-cuda-runtime nvidia-cuda-crt nvidia-cuda-cccl",
+        "nvidia-nccl-cu12, nvidia-cuda-runtime-cu12, nvidia-cuda-nvcc-cu12, nvidia-cuda-cccl-cu12",
+        "NCCL_HOME=",
+        "CUDA_HOME=",
+        "NCCL_INCLUDE_DIR + NCCL_LIB_DIR",
+        "<NAME>_<target triple> or <TARGET TRIPLE>_<NAME>",
+    ] {
+        assert!(msg.contains(fix), "{fix:?} missing in:\n{msg}");
+    }
+    // Places::new: the folder only where the build names one (the checkout has ci/setup).
+    let published = Places::new(
+        None,
+        "2.29.7",
+        "x86_64-unknown-linux-gnu",
+        "x86_64-unknown-linux-gnu",
+    );
+    assert_eq!((published.setup_nccl, published.setup_cuda), (None, None));
+}
+
+/// One of NCCL_INCLUDE_DIR and NCCL_LIB_DIR alone: the other is looked for beside it (an installation
+/// root's `include/` and `lib/` or `lib64/`), and where it is not there the message says to set it.
+#[test]
+fn one_of_the_two_directories_alone() {
+    let dir = scratch("one-dir");
+    let nccl = nccl_root(&dir.join("nccl"), "lib64", "libnccl.so.2");
+    let cuda = cuda_root(&dir.join("cuda"));
+    let mut host = Fake::default();
+    host.vars.insert("CUDA_INCLUDE_DIR", cuda.join("include"));
+    host.vars.insert("NCCL_LIB_DIR", nccl.join("lib64"));
+    let found = find(&host, &empty_places(&dir)).expect("nccl.h beside the library");
+    assert_eq!(found.nccl_include, nccl.join("include"));
+    assert_eq!(found.nccl_lib_dir, nccl.join("lib64"));
+    assert!(
+        found.nccl_step.starts_with("NCCL_LIB_DIR="),
+        "{}",
+        found.nccl_step
+    );
+
+    host.vars.remove("NCCL_LIB_DIR");
+    host.vars.insert("NCCL_INCLUDE_DIR", nccl.join("include"));
+    let found = find(&host, &empty_places(&dir)).expect("the library beside the headers");
+    assert_eq!(found.nccl_lib_dir, nccl.join("lib64"));
+
+    // Apart: what is missing, named.
+    let lib = dir.join("elsewhere/lib");
+    touch(lib.join("libnccl.so.2"));
+    host.vars.remove("NCCL_INCLUDE_DIR");
+    host.vars.insert("NCCL_LIB_DIR", lib.clone());
+    let msg = find(&host, &empty_places(&dir)).expect_err("no nccl.h beside the library");
+    let expected = format!(
+        "NCCL_LIB_DIR={} without NCCL_INCLUDE_DIR (set it too, or nccl.h is looked for beside it): no nccl.h in {}",
+        lib.display(),
+        dir.join("elsewhere/include").display()
+    );
+    assert!(msg.contains(&expected), "{expected:?} missing in:\n{msg}");
+    let inc = dir.join("apart/include");
+    touch(inc.join("nccl.h"));
+    host.vars.remove("NCCL_LIB_DIR");
+    host.vars.insert("NCCL_INCLUDE_DIR", inc.clone());
+    let msg = find(&host, &empty_places(&dir)).expect_err("no library beside the headers");
+    let expected = format!(
+        "NCCL_INCLUDE_DIR={} without NCCL_LIB_DIR (set it too, or the library is looked for beside it): \
+         nccl.h in {}, but no libnccl.so or libnccl.so.2 in",
+        inc.display(),
+        inc.display()
+    );
+    assert!(msg.contains(&expected), "{expected:?} missing in:\n{msg}");
 }
 
 #[test]
@@ -189,8 +284,8 @@ fn nccl_root_with_a_toolkit_layout() {
 fn an_explicit_root_beats_ci_setup_which_beats_pkg_config() {
     let dir = scratch("order");
     let places = empty_places(&dir);
-    nccl_root(&places.setup_nccl, "lib", "libnccl.so.2");
-    cuda_root(&places.setup_cuda);
+    nccl_root(setup(&places.setup_nccl), "lib", "libnccl.so.2");
+    cuda_root(setup(&places.setup_cuda));
     let pc = nccl_root(&dir.join("pc"), "lib", "libnccl.so");
     let mut host = Fake::default();
     host.pkgs.insert(
@@ -276,8 +371,8 @@ fn a_header_without_its_library_is_not_taken() {
 fn a_variable_that_names_no_installation_is_passed_over_with_a_warning() {
     let dir = scratch("passed");
     let places = empty_places(&dir);
-    nccl_root(&places.setup_nccl, "lib", "libnccl.so.2");
-    cuda_root(&places.setup_cuda);
+    nccl_root(setup(&places.setup_nccl), "lib", "libnccl.so.2");
+    cuda_root(setup(&places.setup_cuda));
     let mut host = Fake::default();
     host.vars.insert("NCCL_HOME", dir.join("typo"));
     let found = find(&host, &places).expect("ci/setup's folder");
@@ -319,7 +414,7 @@ fn cuda12_pip(nvidia: &Path) -> [PathBuf; 3] {
 fn cuda_12_pip_wheels_are_found_from_one_variable() {
     let dir = scratch("cu12");
     let places = empty_places(&dir);
-    nccl_root(&places.setup_nccl, "lib", "libnccl.so.2");
+    nccl_root(setup(&places.setup_nccl), "lib", "libnccl.so.2");
     let nvidia = dir.join("site-packages/nvidia");
     let expected = cuda12_pip(&nvidia);
     // The wheels' common folder, or the runtime's own: the same three include folders.
@@ -343,7 +438,7 @@ fn cuda_12_pip_wheels_are_found_from_one_variable() {
 /// Places as the build script makes them for `target` on an x86_64 build machine, in a checkout at /repo.
 fn places_for(target: &str) -> Places {
     Places::new(
-        Path::new("/repo"),
+        Some(Path::new("/repo/.deps")),
         "2.29.7",
         target,
         "x86_64-unknown-linux-gnu",
@@ -366,15 +461,17 @@ fn a_cross_build_takes_the_targets_folders() {
     let native = places_for("x86_64-unknown-linux-gnu");
     assert_eq!(native.system_lib, Path::new("/usr/lib/x86_64-linux-gnu"));
     assert_eq!(
-        native.setup_nccl,
-        Path::new("/repo/.deps/nccl-2.29.7/nvidia/nccl")
+        native.setup_nccl.as_deref(),
+        Some(Path::new("/repo/.deps/nccl-2.29.7/nvidia/nccl"))
     );
     assert_eq!(native.cuda_target, "x86_64-linux");
     let cross = places_for("aarch64-unknown-linux-gnu");
     assert_eq!(cross.system_lib, Path::new("/usr/lib/aarch64-linux-gnu"));
     assert_eq!(
-        cross.setup_nccl,
-        Path::new("/repo/.deps/aarch64-unknown-linux-gnu/nccl-2.29.7/nvidia/nccl")
+        cross.setup_nccl.as_deref(),
+        Some(Path::new(
+            "/repo/.deps/aarch64-unknown-linux-gnu/nccl-2.29.7/nvidia/nccl"
+        ))
     );
     assert_eq!(
         cross.setup_cuda, native.setup_cuda,
@@ -411,9 +508,11 @@ fn a_variable_for_the_target_beats_the_plain_one() {
     let places = aarch64_places(&dir);
     let plain = nccl_root(&dir.join("plain"), "lib", "libnccl.so.2");
     let cuda = cuda_root(&dir.join("cuda"));
+    // cc's forms, then openssl-sys's.
     for form in [
         "NCCL_HOME_aarch64_unknown_linux_gnu",
         "NCCL_HOME_aarch64-unknown-linux-gnu",
+        "AARCH64_UNKNOWN_LINUX_GNU_NCCL_HOME",
     ] {
         let arm = nccl_root(&dir.join(form), "lib", "libnccl.so.2");
         let mut host = Fake::default();
@@ -434,6 +533,8 @@ fn a_variable_for_the_target_beats_the_plain_one() {
     host.vars.insert("NCCL_HOME", plain.clone());
     host.vars
         .insert("NCCL_HOME_x86_64_unknown_linux_gnu", dir.join("x86"));
+    host.vars
+        .insert("X86_64_UNKNOWN_LINUX_GNU_NCCL_HOME", dir.join("x86"));
     host.vars.insert("CUDA_HOME", cuda);
     assert_eq!(
         find(&host, &places).expect("found").nccl_include,

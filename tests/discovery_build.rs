@@ -150,7 +150,8 @@ fn each_way_of_finding_the_headers_builds_and_runs() {
         nccl.display()
     );
 
-    // Nothing to find: one message, no panic, no clang errors.
+    // Nothing to find: one message, no panic, no clang errors. The copy is a published crate's: no ci/setup
+    // to run, so the message offers NVIDIA's wheels and the variables.
     let out = build(&krate, &[], false);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "built without headers?");
@@ -159,7 +160,9 @@ fn each_way_of_finding_the_headers_builds_and_runs() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("ci/setup") && stderr.contains("NCCL_HOME="),
+        stderr.contains("pip install nvidia-nccl-cu13==2.29.7")
+            && stderr.contains("NCCL_HOME=")
+            && !stderr.contains("ci/setup"),
         "{stderr}"
     );
     assert!(
@@ -264,6 +267,7 @@ fn bundled_bindings_need_no_libclang_but_the_same_nccl() {
         "build",
         "--example",
         "nccl_info",
+        "--no-default-features",
         "--features",
         "bundled-bindings",
     ];
@@ -324,6 +328,73 @@ fn bundled_bindings_refuse_headers_whose_structs_differ_from_the_snapshot() {
         "drop the feature",
     ] {
         assert!(stderr.contains(text), "expected {text:?} in:\n{stderr}");
+    }
+}
+
+/// A dependent that asks for the committed bindings alone compiles no bindgen, nor what bindgen brings
+/// (clang-sys, regex, syn, prettyplease); with the default features it does, so the check can fail.
+#[test]
+fn a_dependent_with_bundled_bindings_alone_compiles_no_bindgen() {
+    let dir = scratch("bundled-dependent");
+    let _ = std::fs::remove_dir_all(&dir);
+    copy_crate(&dir.join("gpu-sys"));
+    let tree = |features: &str| {
+        let app = dir.join(format!("app{}", features.len()));
+        write(
+            &app.join("Cargo.toml"),
+            &format!(
+                "[package]\nname = \"app\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n\
+                 [dependencies]\nmetrale-gpu-sys = {{ path = \"../gpu-sys\"{features} }}\n\n[workspace]\n"
+            ),
+        );
+        write(&app.join("src/lib.rs"), "");
+        std::fs::copy(Path::new(REPO).join("Cargo.lock"), app.join("Cargo.lock"))
+            .expect("Cargo.lock");
+        let args = [
+            "tree",
+            "-e",
+            "normal,build",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+        ];
+        let out = cargo_command(&app, &args, &[])
+            .output()
+            .expect("run cargo tree");
+        ok(&out, "cargo tree");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let crates = |tree: &str| -> Vec<String> {
+        let mut names: Vec<String> = tree
+            .lines()
+            .filter_map(|l| l.split(' ').next())
+            .map(String::from)
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    };
+    let bindgen_and_its = ["bindgen", "clang-sys", "regex", "syn", "prettyplease"];
+    let bundled = crates(&tree(
+        ", default-features = false, features = [\"bundled-bindings\"]",
+    ));
+    assert!(
+        bundled.iter().any(|c| c == "metrale-gpu-sys"),
+        "{bundled:?}"
+    );
+    for name in bindgen_and_its {
+        assert!(
+            !bundled.iter().any(|c| c == name),
+            "bundled-bindings alone compiles {name}: {bundled:?}"
+        );
+    }
+    let default = crates(&tree(""));
+    for name in bindgen_and_its {
+        assert!(
+            default.iter().any(|c| c == name),
+            "the default features compile no {name}? {default:?}"
+        );
     }
 }
 

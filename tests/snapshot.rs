@@ -31,6 +31,11 @@ fn the_snapshot_is_what_bindgen_generates_from_the_pinned_headers() {
             include_str!(concat!(env!("OUT_DIR"), "/cuda_driver.rs")),
             include_str!("../src/snapshot/cuda_driver.rs"),
         ),
+        (
+            "facts.rs",
+            include_str!(concat!(env!("OUT_DIR"), "/facts.rs")),
+            include_str!("../src/snapshot/facts.rs"),
+        ),
     ] {
         let first_difference = generated
             .lines()

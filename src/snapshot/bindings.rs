@@ -56,264 +56,456 @@ pub struct CUgraphExec_st {
 }
 pub type CUgraphExec = *mut CUgraphExec_st;
 impl CUstream_flags_enum {
-    #[doc = "< Default stream flag"]
+    ///< Default stream flag
     pub const CU_STREAM_DEFAULT: CUstream_flags_enum = CUstream_flags_enum(0);
-    #[doc = "< Stream does not synchronize with stream 0 (the NULL stream)"]
+    ///< Stream does not synchronize with stream 0 (the NULL stream)
     pub const CU_STREAM_NON_BLOCKING: CUstream_flags_enum = CUstream_flags_enum(1);
 }
 #[repr(transparent)]
-#[doc = " Stream creation flags"]
+/// Stream creation flags
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUstream_flags_enum(pub ::std::os::raw::c_uint);
-#[doc = " Stream creation flags"]
+/// Stream creation flags
 pub use self::CUstream_flags_enum as CUstream_flags;
 impl CUevent_flags_enum {
-    #[doc = "< Default event flag"]
+    ///< Default event flag
     pub const CU_EVENT_DEFAULT: CUevent_flags_enum = CUevent_flags_enum(0);
-    #[doc = "< Event uses blocking synchronization"]
+    ///< Event uses blocking synchronization
     pub const CU_EVENT_BLOCKING_SYNC: CUevent_flags_enum = CUevent_flags_enum(1);
-    #[doc = "< Event will not record timing data"]
+    ///< Event will not record timing data
     pub const CU_EVENT_DISABLE_TIMING: CUevent_flags_enum = CUevent_flags_enum(2);
-    #[doc = "< Event is suitable for interprocess use. CU_EVENT_DISABLE_TIMING must be set"]
+    ///< Event is suitable for interprocess use. CU_EVENT_DISABLE_TIMING must be set
     pub const CU_EVENT_INTERPROCESS: CUevent_flags_enum = CUevent_flags_enum(4);
 }
 #[repr(transparent)]
-#[doc = " Event creation flags"]
+/// Event creation flags
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUevent_flags_enum(pub ::std::os::raw::c_uint);
-#[doc = " Event creation flags"]
+/// Event creation flags
 pub use self::CUevent_flags_enum as CUevent_flags;
 impl CUstreamCaptureMode_enum {
-    pub const CU_STREAM_CAPTURE_MODE_GLOBAL: CUstreamCaptureMode_enum = CUstreamCaptureMode_enum(0);
-    pub const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: CUstreamCaptureMode_enum =
-        CUstreamCaptureMode_enum(1);
-    pub const CU_STREAM_CAPTURE_MODE_RELAXED: CUstreamCaptureMode_enum =
-        CUstreamCaptureMode_enum(2);
+    pub const CU_STREAM_CAPTURE_MODE_GLOBAL: CUstreamCaptureMode_enum = CUstreamCaptureMode_enum(
+        0,
+    );
+    pub const CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: CUstreamCaptureMode_enum = CUstreamCaptureMode_enum(
+        1,
+    );
+    pub const CU_STREAM_CAPTURE_MODE_RELAXED: CUstreamCaptureMode_enum = CUstreamCaptureMode_enum(
+        2,
+    );
 }
 #[repr(transparent)]
-#[doc = " Possible modes for stream capture thread interactions. For more details see\n ::cuStreamBeginCapture and ::cuThreadExchangeStreamCaptureMode"]
+/** Possible modes for stream capture thread interactions. For more details see
+ ::cuStreamBeginCapture and ::cuThreadExchangeStreamCaptureMode*/
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUstreamCaptureMode_enum(pub ::std::os::raw::c_uint);
-#[doc = " Possible modes for stream capture thread interactions. For more details see\n ::cuStreamBeginCapture and ::cuThreadExchangeStreamCaptureMode"]
+/** Possible modes for stream capture thread interactions. For more details see
+ ::cuStreamBeginCapture and ::cuThreadExchangeStreamCaptureMode*/
 pub use self::CUstreamCaptureMode_enum as CUstreamCaptureMode;
 impl cudaError_enum {
-    #[doc = " The API call returned with no errors. In the case of query calls, this\n also means that the operation being queried is complete (see\n ::cuEventQuery() and ::cuStreamQuery())."]
+    /** The API call returned with no errors. In the case of query calls, this
+ also means that the operation being queried is complete (see
+ ::cuEventQuery() and ::cuStreamQuery()).*/
     pub const CUDA_SUCCESS: cudaError_enum = cudaError_enum(0);
-    #[doc = " This indicates that one or more of the parameters passed to the API call\n is not within an acceptable range of values."]
+    /** This indicates that one or more of the parameters passed to the API call
+ is not within an acceptable range of values.*/
     pub const CUDA_ERROR_INVALID_VALUE: cudaError_enum = cudaError_enum(1);
-    #[doc = " The API call failed because it was unable to allocate enough memory or\n other resources to perform the requested operation."]
+    /** The API call failed because it was unable to allocate enough memory or
+ other resources to perform the requested operation.*/
     pub const CUDA_ERROR_OUT_OF_MEMORY: cudaError_enum = cudaError_enum(2);
-    #[doc = " This indicates that the CUDA driver has not been initialized with\n ::cuInit() or that initialization has failed."]
+    /** This indicates that the CUDA driver has not been initialized with
+ ::cuInit() or that initialization has failed.*/
     pub const CUDA_ERROR_NOT_INITIALIZED: cudaError_enum = cudaError_enum(3);
-    #[doc = " This indicates that the CUDA driver is in the process of shutting down."]
+    /// This indicates that the CUDA driver is in the process of shutting down.
     pub const CUDA_ERROR_DEINITIALIZED: cudaError_enum = cudaError_enum(4);
-    #[doc = " This indicates profiler is not initialized for this run. This can\n happen when the application is running with external profiling tools\n like visual profiler."]
+    /** This indicates profiler is not initialized for this run. This can
+ happen when the application is running with external profiling tools
+ like visual profiler.*/
     pub const CUDA_ERROR_PROFILER_DISABLED: cudaError_enum = cudaError_enum(5);
-    #[doc = " \\deprecated\n This error return is deprecated as of CUDA 5.0. It is no longer an error\n to attempt to enable/disable the profiling via ::cuProfilerStart or\n ::cuProfilerStop without initialization."]
+    /** \deprecated
+ This error return is deprecated as of CUDA 5.0. It is no longer an error
+ to attempt to enable/disable the profiling via ::cuProfilerStart or
+ ::cuProfilerStop without initialization.*/
     pub const CUDA_ERROR_PROFILER_NOT_INITIALIZED: cudaError_enum = cudaError_enum(6);
-    #[doc = " \\deprecated\n This error return is deprecated as of CUDA 5.0. It is no longer an error\n to call cuProfilerStart() when profiling is already enabled."]
+    /** \deprecated
+ This error return is deprecated as of CUDA 5.0. It is no longer an error
+ to call cuProfilerStart() when profiling is already enabled.*/
     pub const CUDA_ERROR_PROFILER_ALREADY_STARTED: cudaError_enum = cudaError_enum(7);
-    #[doc = " \\deprecated\n This error return is deprecated as of CUDA 5.0. It is no longer an error\n to call cuProfilerStop() when profiling is already disabled."]
+    /** \deprecated
+ This error return is deprecated as of CUDA 5.0. It is no longer an error
+ to call cuProfilerStop() when profiling is already disabled.*/
     pub const CUDA_ERROR_PROFILER_ALREADY_STOPPED: cudaError_enum = cudaError_enum(8);
-    #[doc = " This indicates that the CUDA driver that the application has loaded is a\n stub library. Applications that run with the stub rather than a real\n driver loaded will result in CUDA API returning this error."]
+    /** This indicates that the CUDA driver that the application has loaded is a
+ stub library. Applications that run with the stub rather than a real
+ driver loaded will result in CUDA API returning this error.*/
     pub const CUDA_ERROR_STUB_LIBRARY: cudaError_enum = cudaError_enum(34);
-    #[doc = " This indicates that the API call requires a newer CUDA driver than the one\n currently installed. Users should install an updated NVIDIA CUDA driver\n to allow the API call to succeed."]
+    /** This indicates that the API call requires a newer CUDA driver than the one
+ currently installed. Users should install an updated NVIDIA CUDA driver
+ to allow the API call to succeed.*/
     pub const CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER: cudaError_enum = cudaError_enum(36);
-    #[doc = " This indicates that requested CUDA device is unavailable at the current\n time. Devices are often unavailable due to use of\n ::CU_COMPUTEMODE_EXCLUSIVE_PROCESS or ::CU_COMPUTEMODE_PROHIBITED."]
+    /** This indicates that requested CUDA device is unavailable at the current
+ time. Devices are often unavailable due to use of
+ ::CU_COMPUTEMODE_EXCLUSIVE_PROCESS or ::CU_COMPUTEMODE_PROHIBITED.*/
     pub const CUDA_ERROR_DEVICE_UNAVAILABLE: cudaError_enum = cudaError_enum(46);
-    #[doc = " This indicates that no CUDA-capable devices were detected by the installed\n CUDA driver."]
+    /** This indicates that no CUDA-capable devices were detected by the installed
+ CUDA driver.*/
     pub const CUDA_ERROR_NO_DEVICE: cudaError_enum = cudaError_enum(100);
-    #[doc = " This indicates that the device ordinal supplied by the user does not\n correspond to a valid CUDA device or that the action requested is\n invalid for the specified device."]
+    /** This indicates that the device ordinal supplied by the user does not
+ correspond to a valid CUDA device or that the action requested is
+ invalid for the specified device.*/
     pub const CUDA_ERROR_INVALID_DEVICE: cudaError_enum = cudaError_enum(101);
-    #[doc = " This error indicates that the Grid license is not applied."]
+    /// This error indicates that the Grid license is not applied.
     pub const CUDA_ERROR_DEVICE_NOT_LICENSED: cudaError_enum = cudaError_enum(102);
-    #[doc = " This indicates that the device kernel image is invalid. This can also\n indicate an invalid CUDA module."]
+    /** This indicates that the device kernel image is invalid. This can also
+ indicate an invalid CUDA module.*/
     pub const CUDA_ERROR_INVALID_IMAGE: cudaError_enum = cudaError_enum(200);
-    #[doc = " This most frequently indicates that there is no context bound to the\n current thread. This can also be returned if the context passed to an\n API call is not a valid handle (such as a context that has had\n ::cuCtxDestroy() invoked on it). This can also be returned if a user\n mixes different API versions (i.e. 3010 context with 3020 API calls).\n See ::cuCtxGetApiVersion() for more details.\n This can also be returned if the green context passed to an API call\n was not converted to a ::CUcontext using ::cuCtxFromGreenCtx API."]
+    /** This most frequently indicates that there is no context bound to the
+ current thread. This can also be returned if the context passed to an
+ API call is not a valid handle (such as a context that has had
+ ::cuCtxDestroy() invoked on it). This can also be returned if a user
+ mixes different API versions (i.e. 3010 context with 3020 API calls).
+ See ::cuCtxGetApiVersion() for more details.
+ This can also be returned if the green context passed to an API call
+ was not converted to a ::CUcontext using ::cuCtxFromGreenCtx API.*/
     pub const CUDA_ERROR_INVALID_CONTEXT: cudaError_enum = cudaError_enum(201);
-    #[doc = " This indicated that the context being supplied as a parameter to the\n API call was already the active context.\n \\deprecated\n This error return is deprecated as of CUDA 3.2. It is no longer an\n error to attempt to push the active context via ::cuCtxPushCurrent()."]
+    /** This indicated that the context being supplied as a parameter to the
+ API call was already the active context.
+ \deprecated
+ This error return is deprecated as of CUDA 3.2. It is no longer an
+ error to attempt to push the active context via ::cuCtxPushCurrent().*/
     pub const CUDA_ERROR_CONTEXT_ALREADY_CURRENT: cudaError_enum = cudaError_enum(202);
-    #[doc = " This indicates that a map or register operation has failed."]
+    /// This indicates that a map or register operation has failed.
     pub const CUDA_ERROR_MAP_FAILED: cudaError_enum = cudaError_enum(205);
-    #[doc = " This indicates that an unmap or unregister operation has failed."]
+    /// This indicates that an unmap or unregister operation has failed.
     pub const CUDA_ERROR_UNMAP_FAILED: cudaError_enum = cudaError_enum(206);
-    #[doc = " This indicates that the specified array is currently mapped and thus\n cannot be destroyed."]
+    /** This indicates that the specified array is currently mapped and thus
+ cannot be destroyed.*/
     pub const CUDA_ERROR_ARRAY_IS_MAPPED: cudaError_enum = cudaError_enum(207);
-    #[doc = " This indicates that the resource is already mapped."]
+    /// This indicates that the resource is already mapped.
     pub const CUDA_ERROR_ALREADY_MAPPED: cudaError_enum = cudaError_enum(208);
-    #[doc = " This indicates that there is no kernel image available that is suitable\n for the device. This can occur when a user specifies code generation\n options for a particular CUDA source file that do not include the\n corresponding device configuration."]
+    /** This indicates that there is no kernel image available that is suitable
+ for the device. This can occur when a user specifies code generation
+ options for a particular CUDA source file that do not include the
+ corresponding device configuration.*/
     pub const CUDA_ERROR_NO_BINARY_FOR_GPU: cudaError_enum = cudaError_enum(209);
-    #[doc = " This indicates that a resource has already been acquired."]
+    /// This indicates that a resource has already been acquired.
     pub const CUDA_ERROR_ALREADY_ACQUIRED: cudaError_enum = cudaError_enum(210);
-    #[doc = " This indicates that a resource is not mapped."]
+    /// This indicates that a resource is not mapped.
     pub const CUDA_ERROR_NOT_MAPPED: cudaError_enum = cudaError_enum(211);
-    #[doc = " This indicates that a mapped resource is not available for access as an\n array."]
+    /** This indicates that a mapped resource is not available for access as an
+ array.*/
     pub const CUDA_ERROR_NOT_MAPPED_AS_ARRAY: cudaError_enum = cudaError_enum(212);
-    #[doc = " This indicates that a mapped resource is not available for access as a\n pointer."]
+    /** This indicates that a mapped resource is not available for access as a
+ pointer.*/
     pub const CUDA_ERROR_NOT_MAPPED_AS_POINTER: cudaError_enum = cudaError_enum(213);
-    #[doc = " This indicates that an uncorrectable ECC error was detected during\n execution."]
+    /** This indicates that an uncorrectable ECC error was detected during
+ execution.*/
     pub const CUDA_ERROR_ECC_UNCORRECTABLE: cudaError_enum = cudaError_enum(214);
-    #[doc = " This indicates that the ::CUlimit passed to the API call is not\n supported by the active device."]
+    /** This indicates that the ::CUlimit passed to the API call is not
+ supported by the active device.*/
     pub const CUDA_ERROR_UNSUPPORTED_LIMIT: cudaError_enum = cudaError_enum(215);
-    #[doc = " This indicates that the ::CUcontext passed to the API call can\n only be bound to a single CPU thread at a time but is already\n bound to a CPU thread."]
+    /** This indicates that the ::CUcontext passed to the API call can
+ only be bound to a single CPU thread at a time but is already
+ bound to a CPU thread.*/
     pub const CUDA_ERROR_CONTEXT_ALREADY_IN_USE: cudaError_enum = cudaError_enum(216);
-    #[doc = " This indicates that peer access is not supported across the given\n devices."]
+    /** This indicates that peer access is not supported across the given
+ devices.*/
     pub const CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: cudaError_enum = cudaError_enum(217);
-    #[doc = " This indicates that a PTX JIT compilation failed."]
+    /// This indicates that a PTX JIT compilation failed.
     pub const CUDA_ERROR_INVALID_PTX: cudaError_enum = cudaError_enum(218);
-    #[doc = " This indicates an error with OpenGL or DirectX context."]
+    /// This indicates an error with OpenGL or DirectX context.
     pub const CUDA_ERROR_INVALID_GRAPHICS_CONTEXT: cudaError_enum = cudaError_enum(219);
-    #[doc = " This indicates that an uncorrectable NVLink error was detected during the\n execution."]
+    /** This indicates that an uncorrectable NVLink error was detected during the
+ execution.*/
     pub const CUDA_ERROR_NVLINK_UNCORRECTABLE: cudaError_enum = cudaError_enum(220);
-    #[doc = " This indicates that the PTX JIT compiler library was not found."]
+    /// This indicates that the PTX JIT compiler library was not found.
     pub const CUDA_ERROR_JIT_COMPILER_NOT_FOUND: cudaError_enum = cudaError_enum(221);
-    #[doc = " This indicates that the provided PTX was compiled with an unsupported toolchain."]
+    /// This indicates that the provided PTX was compiled with an unsupported toolchain.
     pub const CUDA_ERROR_UNSUPPORTED_PTX_VERSION: cudaError_enum = cudaError_enum(222);
-    #[doc = " This indicates that the PTX JIT compilation was disabled."]
+    /// This indicates that the PTX JIT compilation was disabled.
     pub const CUDA_ERROR_JIT_COMPILATION_DISABLED: cudaError_enum = cudaError_enum(223);
-    #[doc = " This indicates that the ::CUexecAffinityType passed to the API call is not\n supported by the active device."]
+    /** This indicates that the ::CUexecAffinityType passed to the API call is not
+ supported by the active device.*/
     pub const CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY: cudaError_enum = cudaError_enum(224);
-    #[doc = " This indicates that the code to be compiled by the PTX JIT contains\n unsupported call to cudaDeviceSynchronize."]
+    /** This indicates that the code to be compiled by the PTX JIT contains
+ unsupported call to cudaDeviceSynchronize.*/
     pub const CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC: cudaError_enum = cudaError_enum(225);
-    #[doc = " This indicates that an exception occurred on the device that is now\n contained by the GPU's error containment capability. Common causes are -\n a. Certain types of invalid accesses of peer GPU memory over nvlink\n b. Certain classes of hardware errors\n This leaves the process in an inconsistent state and any further CUDA\n work will return the same error. To continue using CUDA, the process must\n be terminated and relaunched."]
+    /** This indicates that an exception occurred on the device that is now
+ contained by the GPU's error containment capability. Common causes are -
+ a. Certain types of invalid accesses of peer GPU memory over nvlink
+ b. Certain classes of hardware errors
+ This leaves the process in an inconsistent state and any further CUDA
+ work will return the same error. To continue using CUDA, the process must
+ be terminated and relaunched.*/
     pub const CUDA_ERROR_CONTAINED: cudaError_enum = cudaError_enum(226);
-    #[doc = " This indicates that the device kernel source is invalid. This includes\n compilation/linker errors encountered in device code or user error."]
+    /** This indicates that the device kernel source is invalid. This includes
+ compilation/linker errors encountered in device code or user error.*/
     pub const CUDA_ERROR_INVALID_SOURCE: cudaError_enum = cudaError_enum(300);
-    #[doc = " This indicates that the file specified was not found."]
+    /// This indicates that the file specified was not found.
     pub const CUDA_ERROR_FILE_NOT_FOUND: cudaError_enum = cudaError_enum(301);
-    #[doc = " This indicates that a link to a shared object failed to resolve."]
-    pub const CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND: cudaError_enum = cudaError_enum(302);
-    #[doc = " This indicates that initialization of a shared object failed."]
+    /// This indicates that a link to a shared object failed to resolve.
+    pub const CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND: cudaError_enum = cudaError_enum(
+        302,
+    );
+    /// This indicates that initialization of a shared object failed.
     pub const CUDA_ERROR_SHARED_OBJECT_INIT_FAILED: cudaError_enum = cudaError_enum(303);
-    #[doc = " This indicates that an OS call failed."]
+    /// This indicates that an OS call failed.
     pub const CUDA_ERROR_OPERATING_SYSTEM: cudaError_enum = cudaError_enum(304);
-    #[doc = " This indicates that a resource handle passed to the API call was not\n valid. Resource handles are opaque types like ::CUstream and ::CUevent."]
+    /** This indicates that a resource handle passed to the API call was not
+ valid. Resource handles are opaque types like ::CUstream and ::CUevent.*/
     pub const CUDA_ERROR_INVALID_HANDLE: cudaError_enum = cudaError_enum(400);
-    #[doc = " This indicates that a resource required by the API call is not in a\n valid state to perform the requested operation."]
+    /** This indicates that a resource required by the API call is not in a
+ valid state to perform the requested operation.*/
     pub const CUDA_ERROR_ILLEGAL_STATE: cudaError_enum = cudaError_enum(401);
-    #[doc = " This indicates an attempt was made to introspect an object in a way that\n would discard semantically important information. This is either due to\n the object using funtionality newer than the API version used to\n introspect it or omission of optional return arguments."]
+    /** This indicates an attempt was made to introspect an object in a way that
+ would discard semantically important information. This is either due to
+ the object using funtionality newer than the API version used to
+ introspect it or omission of optional return arguments.*/
     pub const CUDA_ERROR_LOSSY_QUERY: cudaError_enum = cudaError_enum(402);
-    #[doc = " This indicates that a named symbol was not found. Examples of symbols\n are global/constant variable names, driver function names, texture names,\n and surface names."]
+    /** This indicates that a named symbol was not found. Examples of symbols
+ are global/constant variable names, driver function names, texture names,
+ and surface names.*/
     pub const CUDA_ERROR_NOT_FOUND: cudaError_enum = cudaError_enum(500);
-    #[doc = " This indicates that asynchronous operations issued previously have not\n completed yet. This result is not actually an error, but must be indicated\n differently than ::CUDA_SUCCESS (which indicates completion). Calls that\n may return this value include ::cuEventQuery() and ::cuStreamQuery()."]
+    /** This indicates that asynchronous operations issued previously have not
+ completed yet. This result is not actually an error, but must be indicated
+ differently than ::CUDA_SUCCESS (which indicates completion). Calls that
+ may return this value include ::cuEventQuery() and ::cuStreamQuery().*/
     pub const CUDA_ERROR_NOT_READY: cudaError_enum = cudaError_enum(600);
-    #[doc = " While executing a kernel, the device encountered a\n load or store instruction on an invalid memory address.\n This leaves the process in an inconsistent state and any further CUDA work\n will return the same error. To continue using CUDA, the process must be terminated\n and relaunched."]
+    /** While executing a kernel, the device encountered a
+ load or store instruction on an invalid memory address.
+ This leaves the process in an inconsistent state and any further CUDA work
+ will return the same error. To continue using CUDA, the process must be terminated
+ and relaunched.*/
     pub const CUDA_ERROR_ILLEGAL_ADDRESS: cudaError_enum = cudaError_enum(700);
-    #[doc = " This indicates that a launch did not occur because it did not have\n appropriate resources. This error usually indicates that the user has\n attempted to pass too many arguments to the device kernel, or the\n kernel launch specifies too many threads for the kernel's register\n count. Passing arguments of the wrong size (i.e. a 64-bit pointer\n when a 32-bit int is expected) is equivalent to passing too many\n arguments and can also result in this error."]
+    /** This indicates that a launch did not occur because it did not have
+ appropriate resources. This error usually indicates that the user has
+ attempted to pass too many arguments to the device kernel, or the
+ kernel launch specifies too many threads for the kernel's register
+ count. Passing arguments of the wrong size (i.e. a 64-bit pointer
+ when a 32-bit int is expected) is equivalent to passing too many
+ arguments and can also result in this error.*/
     pub const CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: cudaError_enum = cudaError_enum(701);
-    #[doc = " This indicates that the device kernel took too long to execute. This can\n only occur if timeouts are enabled - see the device attribute\n ::CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT for more information.\n This leaves the process in an inconsistent state and any further CUDA work\n will return the same error. To continue using CUDA, the process must be terminated\n and relaunched."]
+    /** This indicates that the device kernel took too long to execute. This can
+ only occur if timeouts are enabled - see the device attribute
+ ::CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT for more information.
+ This leaves the process in an inconsistent state and any further CUDA work
+ will return the same error. To continue using CUDA, the process must be terminated
+ and relaunched.*/
     pub const CUDA_ERROR_LAUNCH_TIMEOUT: cudaError_enum = cudaError_enum(702);
-    #[doc = " This error indicates a kernel launch that uses an incompatible texturing\n mode."]
-    pub const CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING: cudaError_enum = cudaError_enum(703);
-    #[doc = " This error indicates that a call to ::cuCtxEnablePeerAccess() is\n trying to re-enable peer access to a context which has already\n had peer access to it enabled."]
-    pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: cudaError_enum = cudaError_enum(704);
-    #[doc = " This error indicates that ::cuCtxDisablePeerAccess() is\n trying to disable peer access which has not been enabled yet\n via ::cuCtxEnablePeerAccess()."]
+    /** This error indicates a kernel launch that uses an incompatible texturing
+ mode.*/
+    pub const CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING: cudaError_enum = cudaError_enum(
+        703,
+    );
+    /** This error indicates that a call to ::cuCtxEnablePeerAccess() is
+ trying to re-enable peer access to a context which has already
+ had peer access to it enabled.*/
+    pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: cudaError_enum = cudaError_enum(
+        704,
+    );
+    /** This error indicates that ::cuCtxDisablePeerAccess() is
+ trying to disable peer access which has not been enabled yet
+ via ::cuCtxEnablePeerAccess().*/
     pub const CUDA_ERROR_PEER_ACCESS_NOT_ENABLED: cudaError_enum = cudaError_enum(705);
-    #[doc = " This error indicates that the primary context for the specified device\n has already been initialized."]
+    /** This error indicates that the primary context for the specified device
+ has already been initialized.*/
     pub const CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE: cudaError_enum = cudaError_enum(708);
-    #[doc = " This error indicates that the context current to the calling thread\n has been destroyed using ::cuCtxDestroy, or is a primary context which\n has not yet been initialized."]
+    /** This error indicates that the context current to the calling thread
+ has been destroyed using ::cuCtxDestroy, or is a primary context which
+ has not yet been initialized.*/
     pub const CUDA_ERROR_CONTEXT_IS_DESTROYED: cudaError_enum = cudaError_enum(709);
-    #[doc = " A device-side assert triggered during kernel execution. The context\n cannot be used anymore, and must be destroyed. All existing device\n memory allocations from this context are invalid and must be\n reconstructed if the program is to continue using CUDA."]
+    /** A device-side assert triggered during kernel execution. The context
+ cannot be used anymore, and must be destroyed. All existing device
+ memory allocations from this context are invalid and must be
+ reconstructed if the program is to continue using CUDA.*/
     pub const CUDA_ERROR_ASSERT: cudaError_enum = cudaError_enum(710);
-    #[doc = " This error indicates that the hardware resources required to enable\n peer access have been exhausted for one or more of the devices\n passed to ::cuCtxEnablePeerAccess()."]
+    /** This error indicates that the hardware resources required to enable
+ peer access have been exhausted for one or more of the devices
+ passed to ::cuCtxEnablePeerAccess().*/
     pub const CUDA_ERROR_TOO_MANY_PEERS: cudaError_enum = cudaError_enum(711);
-    #[doc = " This error indicates that the memory range passed to ::cuMemHostRegister()\n has already been registered."]
-    pub const CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: cudaError_enum = cudaError_enum(712);
-    #[doc = " This error indicates that the pointer passed to ::cuMemHostUnregister()\n does not correspond to any currently registered memory region."]
-    pub const CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: cudaError_enum = cudaError_enum(713);
-    #[doc = " While executing a kernel, the device encountered a stack error.\n This can be due to stack corruption or exceeding the stack size limit.\n This leaves the process in an inconsistent state and any further CUDA work\n will return the same error. To continue using CUDA, the process must be terminated\n and relaunched."]
+    /** This error indicates that the memory range passed to ::cuMemHostRegister()
+ has already been registered.*/
+    pub const CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: cudaError_enum = cudaError_enum(
+        712,
+    );
+    /** This error indicates that the pointer passed to ::cuMemHostUnregister()
+ does not correspond to any currently registered memory region.*/
+    pub const CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: cudaError_enum = cudaError_enum(
+        713,
+    );
+    /** While executing a kernel, the device encountered a stack error.
+ This can be due to stack corruption or exceeding the stack size limit.
+ This leaves the process in an inconsistent state and any further CUDA work
+ will return the same error. To continue using CUDA, the process must be terminated
+ and relaunched.*/
     pub const CUDA_ERROR_HARDWARE_STACK_ERROR: cudaError_enum = cudaError_enum(714);
-    #[doc = " While executing a kernel, the device encountered an illegal instruction.\n This leaves the process in an inconsistent state and any further CUDA work\n will return the same error. To continue using CUDA, the process must be terminated\n and relaunched."]
+    /** While executing a kernel, the device encountered an illegal instruction.
+ This leaves the process in an inconsistent state and any further CUDA work
+ will return the same error. To continue using CUDA, the process must be terminated
+ and relaunched.*/
     pub const CUDA_ERROR_ILLEGAL_INSTRUCTION: cudaError_enum = cudaError_enum(715);
-    #[doc = " While executing a kernel, the device encountered a load or store instruction\n on a memory address which is not aligned.\n This leaves the process in an inconsistent state and any further CUDA work\n will return the same error. To continue using CUDA, the process must be terminated\n and relaunched."]
+    /** While executing a kernel, the device encountered a load or store instruction
+ on a memory address which is not aligned.
+ This leaves the process in an inconsistent state and any further CUDA work
+ will return the same error. To continue using CUDA, the process must be terminated
+ and relaunched.*/
     pub const CUDA_ERROR_MISALIGNED_ADDRESS: cudaError_enum = cudaError_enum(716);
-    #[doc = " While executing a kernel, the device encountered an instruction\n which can only operate on memory locations in certain address spaces\n (global, shared, or local), but was supplied a memory address not\n belonging to an allowed address space.\n This leaves the process in an inconsistent state and any further CUDA work\n will return the same error. To continue using CUDA, the process must be terminated\n and relaunched."]
+    /** While executing a kernel, the device encountered an instruction
+ which can only operate on memory locations in certain address spaces
+ (global, shared, or local), but was supplied a memory address not
+ belonging to an allowed address space.
+ This leaves the process in an inconsistent state and any further CUDA work
+ will return the same error. To continue using CUDA, the process must be terminated
+ and relaunched.*/
     pub const CUDA_ERROR_INVALID_ADDRESS_SPACE: cudaError_enum = cudaError_enum(717);
-    #[doc = " While executing a kernel, the device program counter wrapped its address space.\n This leaves the process in an inconsistent state and any further CUDA work\n will return the same error. To continue using CUDA, the process must be terminated\n and relaunched."]
+    /** While executing a kernel, the device program counter wrapped its address space.
+ This leaves the process in an inconsistent state and any further CUDA work
+ will return the same error. To continue using CUDA, the process must be terminated
+ and relaunched.*/
     pub const CUDA_ERROR_INVALID_PC: cudaError_enum = cudaError_enum(718);
-    #[doc = " An exception occurred on the device while executing a kernel. Common\n causes include dereferencing an invalid device pointer and accessing\n out of bounds shared memory. Less common cases can be system specific - more\n information about these cases can be found in the system specific user guide.\n This leaves the process in an inconsistent state and any further CUDA work\n will return the same error. To continue using CUDA, the process must be terminated\n and relaunched."]
+    /** An exception occurred on the device while executing a kernel. Common
+ causes include dereferencing an invalid device pointer and accessing
+ out of bounds shared memory. Less common cases can be system specific - more
+ information about these cases can be found in the system specific user guide.
+ This leaves the process in an inconsistent state and any further CUDA work
+ will return the same error. To continue using CUDA, the process must be terminated
+ and relaunched.*/
     pub const CUDA_ERROR_LAUNCH_FAILED: cudaError_enum = cudaError_enum(719);
-    #[doc = " This error indicates that the number of blocks launched per grid for a kernel that was\n launched via either ::cuLaunchCooperativeKernel or ::cuLaunchCooperativeKernelMultiDevice\n exceeds the maximum number of blocks as allowed by ::cuOccupancyMaxActiveBlocksPerMultiprocessor\n or ::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags times the number of multiprocessors\n as specified by the device attribute ::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT."]
-    pub const CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: cudaError_enum = cudaError_enum(720);
-    #[doc = " An exception occurred on the device while exiting a kernel using tensor memory: the\n tensor memory was not completely deallocated. This leaves the process in an inconsistent\n state and any further CUDA work will return the same error. To continue using CUDA, the\n process must be terminated and relaunched."]
+    /** This error indicates that the number of blocks launched per grid for a kernel that was
+ launched via either ::cuLaunchCooperativeKernel or ::cuLaunchCooperativeKernelMultiDevice
+ exceeds the maximum number of blocks as allowed by ::cuOccupancyMaxActiveBlocksPerMultiprocessor
+ or ::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags times the number of multiprocessors
+ as specified by the device attribute ::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT.*/
+    pub const CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: cudaError_enum = cudaError_enum(
+        720,
+    );
+    /** An exception occurred on the device while exiting a kernel using tensor memory: the
+ tensor memory was not completely deallocated. This leaves the process in an inconsistent
+ state and any further CUDA work will return the same error. To continue using CUDA, the
+ process must be terminated and relaunched.*/
     pub const CUDA_ERROR_TENSOR_MEMORY_LEAK: cudaError_enum = cudaError_enum(721);
-    #[doc = " This error indicates that the attempted operation is not permitted."]
+    /// This error indicates that the attempted operation is not permitted.
     pub const CUDA_ERROR_NOT_PERMITTED: cudaError_enum = cudaError_enum(800);
-    #[doc = " This error indicates that the attempted operation is not supported\n on the current system or device."]
+    /** This error indicates that the attempted operation is not supported
+ on the current system or device.*/
     pub const CUDA_ERROR_NOT_SUPPORTED: cudaError_enum = cudaError_enum(801);
-    #[doc = " This error indicates that the system is not yet ready to start any CUDA\n work.  To continue using CUDA, verify the system configuration is in a\n valid state and all required driver daemons are actively running.\n More information about this error can be found in the system specific\n user guide."]
+    /** This error indicates that the system is not yet ready to start any CUDA
+ work.  To continue using CUDA, verify the system configuration is in a
+ valid state and all required driver daemons are actively running.
+ More information about this error can be found in the system specific
+ user guide.*/
     pub const CUDA_ERROR_SYSTEM_NOT_READY: cudaError_enum = cudaError_enum(802);
-    #[doc = " This error indicates that there is a mismatch between the versions of\n the display driver and the CUDA driver. Refer to the compatibility documentation\n for supported versions."]
+    /** This error indicates that there is a mismatch between the versions of
+ the display driver and the CUDA driver. Refer to the compatibility documentation
+ for supported versions.*/
     pub const CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: cudaError_enum = cudaError_enum(803);
-    #[doc = " This error indicates that the system was upgraded to run with forward compatibility\n but the visible hardware detected by CUDA does not support this configuration.\n Refer to the compatibility documentation for the supported hardware matrix or ensure\n that only supported hardware is visible during initialization via the CUDA_VISIBLE_DEVICES\n environment variable."]
-    pub const CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE: cudaError_enum = cudaError_enum(804);
-    #[doc = " This error indicates that the MPS client failed to connect to the MPS control daemon or the MPS server."]
+    /** This error indicates that the system was upgraded to run with forward compatibility
+ but the visible hardware detected by CUDA does not support this configuration.
+ Refer to the compatibility documentation for the supported hardware matrix or ensure
+ that only supported hardware is visible during initialization via the CUDA_VISIBLE_DEVICES
+ environment variable.*/
+    pub const CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE: cudaError_enum = cudaError_enum(
+        804,
+    );
+    /// This error indicates that the MPS client failed to connect to the MPS control daemon or the MPS server.
     pub const CUDA_ERROR_MPS_CONNECTION_FAILED: cudaError_enum = cudaError_enum(805);
-    #[doc = " This error indicates that the remote procedural call between the MPS server and the MPS client failed."]
+    /// This error indicates that the remote procedural call between the MPS server and the MPS client failed.
     pub const CUDA_ERROR_MPS_RPC_FAILURE: cudaError_enum = cudaError_enum(806);
-    #[doc = " This error indicates that the MPS server is not ready to accept new MPS client requests.\n This error can be returned when the MPS server is in the process of recovering from a fatal failure."]
+    /** This error indicates that the MPS server is not ready to accept new MPS client requests.
+ This error can be returned when the MPS server is in the process of recovering from a fatal failure.*/
     pub const CUDA_ERROR_MPS_SERVER_NOT_READY: cudaError_enum = cudaError_enum(807);
-    #[doc = " This error indicates that the hardware resources required to create MPS client have been exhausted."]
+    /// This error indicates that the hardware resources required to create MPS client have been exhausted.
     pub const CUDA_ERROR_MPS_MAX_CLIENTS_REACHED: cudaError_enum = cudaError_enum(808);
-    #[doc = " This error indicates the the hardware resources required to support device connections have been exhausted."]
-    pub const CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED: cudaError_enum = cudaError_enum(809);
-    #[doc = " This error indicates that the MPS client has been terminated by the server. To continue using CUDA, the process must be terminated and relaunched."]
+    /// This error indicates the the hardware resources required to support device connections have been exhausted.
+    pub const CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED: cudaError_enum = cudaError_enum(
+        809,
+    );
+    /// This error indicates that the MPS client has been terminated by the server. To continue using CUDA, the process must be terminated and relaunched.
     pub const CUDA_ERROR_MPS_CLIENT_TERMINATED: cudaError_enum = cudaError_enum(810);
-    #[doc = " This error indicates that the module is using CUDA Dynamic Parallelism, but the current configuration, like MPS, does not support it."]
+    /// This error indicates that the module is using CUDA Dynamic Parallelism, but the current configuration, like MPS, does not support it.
     pub const CUDA_ERROR_CDP_NOT_SUPPORTED: cudaError_enum = cudaError_enum(811);
-    #[doc = " This error indicates that a module contains an unsupported interaction between different versions of CUDA Dynamic Parallelism."]
+    /// This error indicates that a module contains an unsupported interaction between different versions of CUDA Dynamic Parallelism.
     pub const CUDA_ERROR_CDP_VERSION_MISMATCH: cudaError_enum = cudaError_enum(812);
-    #[doc = " This error indicates that the operation is not permitted when\n the stream is capturing."]
-    pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: cudaError_enum = cudaError_enum(900);
-    #[doc = " This error indicates that the current capture sequence on the stream\n has been invalidated due to a previous error."]
-    pub const CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: cudaError_enum = cudaError_enum(901);
-    #[doc = " This error indicates that the operation would have resulted in a merge\n of two independent capture sequences."]
+    /** This error indicates that the operation is not permitted when
+ the stream is capturing.*/
+    pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: cudaError_enum = cudaError_enum(
+        900,
+    );
+    /** This error indicates that the current capture sequence on the stream
+ has been invalidated due to a previous error.*/
+    pub const CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: cudaError_enum = cudaError_enum(
+        901,
+    );
+    /** This error indicates that the operation would have resulted in a merge
+ of two independent capture sequences.*/
     pub const CUDA_ERROR_STREAM_CAPTURE_MERGE: cudaError_enum = cudaError_enum(902);
-    #[doc = " This error indicates that the capture was not initiated in this stream."]
+    /// This error indicates that the capture was not initiated in this stream.
     pub const CUDA_ERROR_STREAM_CAPTURE_UNMATCHED: cudaError_enum = cudaError_enum(903);
-    #[doc = " This error indicates that the capture sequence contains a fork that was\n not joined to the primary stream."]
+    /** This error indicates that the capture sequence contains a fork that was
+ not joined to the primary stream.*/
     pub const CUDA_ERROR_STREAM_CAPTURE_UNJOINED: cudaError_enum = cudaError_enum(904);
-    #[doc = " This error indicates that a dependency would have been created which\n crosses the capture sequence boundary. Only implicit in-stream ordering\n dependencies are allowed to cross the boundary."]
+    /** This error indicates that a dependency would have been created which
+ crosses the capture sequence boundary. Only implicit in-stream ordering
+ dependencies are allowed to cross the boundary.*/
     pub const CUDA_ERROR_STREAM_CAPTURE_ISOLATION: cudaError_enum = cudaError_enum(905);
-    #[doc = " This error indicates a disallowed implicit dependency on a current capture\n sequence from cudaStreamLegacy."]
+    /** This error indicates a disallowed implicit dependency on a current capture
+ sequence from cudaStreamLegacy.*/
     pub const CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: cudaError_enum = cudaError_enum(906);
-    #[doc = " This error indicates that the operation is not permitted on an event which\n was last recorded in a capturing stream."]
+    /** This error indicates that the operation is not permitted on an event which
+ was last recorded in a capturing stream.*/
     pub const CUDA_ERROR_CAPTURED_EVENT: cudaError_enum = cudaError_enum(907);
-    #[doc = " A stream capture sequence not initiated with the ::CU_STREAM_CAPTURE_MODE_RELAXED\n argument to ::cuStreamBeginCapture was passed to ::cuStreamEndCapture in a\n different thread."]
-    pub const CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: cudaError_enum = cudaError_enum(908);
-    #[doc = " This error indicates that the timeout specified for the wait operation has lapsed."]
+    /** A stream capture sequence not initiated with the ::CU_STREAM_CAPTURE_MODE_RELAXED
+ argument to ::cuStreamBeginCapture was passed to ::cuStreamEndCapture in a
+ different thread.*/
+    pub const CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: cudaError_enum = cudaError_enum(
+        908,
+    );
+    /// This error indicates that the timeout specified for the wait operation has lapsed.
     pub const CUDA_ERROR_TIMEOUT: cudaError_enum = cudaError_enum(909);
-    #[doc = " This error indicates that the graph update was not performed because it included\n changes which violated constraints specific to instantiated graph update."]
+    /** This error indicates that the graph update was not performed because it included
+ changes which violated constraints specific to instantiated graph update.*/
     pub const CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE: cudaError_enum = cudaError_enum(910);
-    #[doc = " This indicates that an async error has occurred in a device outside of CUDA.\n If CUDA was waiting for an external device's signal before consuming shared data,\n the external device signaled an error indicating that the data is not valid for\n consumption. This leaves the process in an inconsistent state and any further CUDA\n work will return the same error. To continue using CUDA, the process must be\n terminated and relaunched."]
+    /** This indicates that an async error has occurred in a device outside of CUDA.
+ If CUDA was waiting for an external device's signal before consuming shared data,
+ the external device signaled an error indicating that the data is not valid for
+ consumption. This leaves the process in an inconsistent state and any further CUDA
+ work will return the same error. To continue using CUDA, the process must be
+ terminated and relaunched.*/
     pub const CUDA_ERROR_EXTERNAL_DEVICE: cudaError_enum = cudaError_enum(911);
-    #[doc = " Indicates a kernel launch error due to cluster misconfiguration."]
+    /// Indicates a kernel launch error due to cluster misconfiguration.
     pub const CUDA_ERROR_INVALID_CLUSTER_SIZE: cudaError_enum = cudaError_enum(912);
-    #[doc = " Indiciates a function handle is not loaded when calling an API that requires\n a loaded function."]
+    /** Indiciates a function handle is not loaded when calling an API that requires
+ a loaded function.*/
     pub const CUDA_ERROR_FUNCTION_NOT_LOADED: cudaError_enum = cudaError_enum(913);
-    #[doc = " This error indicates one or more resources passed in are not valid resource\n types for the operation."]
+    /** This error indicates one or more resources passed in are not valid resource
+ types for the operation.*/
     pub const CUDA_ERROR_INVALID_RESOURCE_TYPE: cudaError_enum = cudaError_enum(914);
-    #[doc = " This error indicates one or more resources are insufficient or non-applicable for\n the operation."]
-    pub const CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION: cudaError_enum = cudaError_enum(915);
-    #[doc = " This error indicates that an error happened during the key rotation\n sequence."]
+    /** This error indicates one or more resources are insufficient or non-applicable for
+ the operation.*/
+    pub const CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION: cudaError_enum = cudaError_enum(
+        915,
+    );
+    /** This error indicates that an error happened during the key rotation
+ sequence.*/
     pub const CUDA_ERROR_KEY_ROTATION: cudaError_enum = cudaError_enum(916);
-    #[doc = " This indicates that an unknown internal error has occurred."]
+    /// This indicates that an unknown internal error has occurred.
     pub const CUDA_ERROR_UNKNOWN: cudaError_enum = cudaError_enum(999);
 }
 #[repr(transparent)]
-#[doc = " Error codes"]
+/// Error codes
+#[must_use]
 #[derive(Copy, Clone, Hash, PartialEq, Eq)]
 pub struct cudaError_enum(pub ::std::os::raw::c_uint);
-#[doc = " Error codes"]
+/// Error codes
 pub use self::cudaError_enum as CUresult;
-#[doc = " CUDA stream"]
+/// CUDA stream
 pub type cudaStream_t = *mut CUstream_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ncclComm {
     _unused: [u8; 0],
 }
-#[doc = " Opaque handle to communicator"]
+/// Opaque handle to communicator
 pub type ncclComm_t = *mut ncclComm;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -330,8 +522,9 @@ pub struct ncclUniqueId {
 const _: () = {
     ["Size of ncclUniqueId"][::std::mem::size_of::<ncclUniqueId>() - 128usize];
     ["Alignment of ncclUniqueId"][::std::mem::align_of::<ncclUniqueId>() - 1usize];
-    ["Offset of field: ncclUniqueId::internal"]
-        [::std::mem::offset_of!(ncclUniqueId, internal) - 0usize];
+    [
+        "Offset of field: ncclUniqueId::internal",
+    ][::std::mem::offset_of!(ncclUniqueId, internal) - 0usize];
 };
 impl ncclResult_t {
     pub const ncclSuccess: ncclResult_t = ncclResult_t(0);
@@ -345,18 +538,20 @@ impl ncclResult_t {
     pub const ncclNumResults: ncclResult_t = ncclResult_t(8);
 }
 #[repr(transparent)]
-#[doc = " Error type"]
+/// Error type
+#[must_use]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct ncclResult_t(pub ::std::os::raw::c_uint);
-#[doc = " Communicator configuration. Users can assign value to attributes to specify the\n behavior of a communicator."]
+/** Communicator configuration. Users can assign value to attributes to specify the
+ behavior of a communicator.*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct ncclConfig_v22800 {
-    #[doc = " attributes that users should never touch."]
+    /// attributes that users should never touch.
     pub size: usize,
     pub magic: ::std::os::raw::c_uint,
     pub version: ::std::os::raw::c_uint,
-    #[doc = " attributes that users are able to customize."]
+    /// attributes that users are able to customize.
     pub blocking: ::std::os::raw::c_int,
     pub cgaClusterSize: ::std::os::raw::c_int,
     pub minCTAs: ::std::os::raw::c_int,
@@ -377,49 +572,71 @@ pub struct ncclConfig_v22800 {
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ncclConfig_v22800"][::std::mem::size_of::<ncclConfig_v22800>() - 88usize];
-    ["Alignment of ncclConfig_v22800"][::std::mem::align_of::<ncclConfig_v22800>() - 8usize];
-    ["Offset of field: ncclConfig_v22800::size"]
-        [::std::mem::offset_of!(ncclConfig_v22800, size) - 0usize];
-    ["Offset of field: ncclConfig_v22800::magic"]
-        [::std::mem::offset_of!(ncclConfig_v22800, magic) - 8usize];
-    ["Offset of field: ncclConfig_v22800::version"]
-        [::std::mem::offset_of!(ncclConfig_v22800, version) - 12usize];
-    ["Offset of field: ncclConfig_v22800::blocking"]
-        [::std::mem::offset_of!(ncclConfig_v22800, blocking) - 16usize];
-    ["Offset of field: ncclConfig_v22800::cgaClusterSize"]
-        [::std::mem::offset_of!(ncclConfig_v22800, cgaClusterSize) - 20usize];
-    ["Offset of field: ncclConfig_v22800::minCTAs"]
-        [::std::mem::offset_of!(ncclConfig_v22800, minCTAs) - 24usize];
-    ["Offset of field: ncclConfig_v22800::maxCTAs"]
-        [::std::mem::offset_of!(ncclConfig_v22800, maxCTAs) - 28usize];
-    ["Offset of field: ncclConfig_v22800::netName"]
-        [::std::mem::offset_of!(ncclConfig_v22800, netName) - 32usize];
-    ["Offset of field: ncclConfig_v22800::splitShare"]
-        [::std::mem::offset_of!(ncclConfig_v22800, splitShare) - 40usize];
-    ["Offset of field: ncclConfig_v22800::trafficClass"]
-        [::std::mem::offset_of!(ncclConfig_v22800, trafficClass) - 44usize];
-    ["Offset of field: ncclConfig_v22800::commName"]
-        [::std::mem::offset_of!(ncclConfig_v22800, commName) - 48usize];
-    ["Offset of field: ncclConfig_v22800::collnetEnable"]
-        [::std::mem::offset_of!(ncclConfig_v22800, collnetEnable) - 56usize];
-    ["Offset of field: ncclConfig_v22800::CTAPolicy"]
-        [::std::mem::offset_of!(ncclConfig_v22800, CTAPolicy) - 60usize];
-    ["Offset of field: ncclConfig_v22800::shrinkShare"]
-        [::std::mem::offset_of!(ncclConfig_v22800, shrinkShare) - 64usize];
-    ["Offset of field: ncclConfig_v22800::nvlsCTAs"]
-        [::std::mem::offset_of!(ncclConfig_v22800, nvlsCTAs) - 68usize];
-    ["Offset of field: ncclConfig_v22800::nChannelsPerNetPeer"]
-        [::std::mem::offset_of!(ncclConfig_v22800, nChannelsPerNetPeer) - 72usize];
-    ["Offset of field: ncclConfig_v22800::nvlinkCentricSched"]
-        [::std::mem::offset_of!(ncclConfig_v22800, nvlinkCentricSched) - 76usize];
-    ["Offset of field: ncclConfig_v22800::graphUsageMode"]
-        [::std::mem::offset_of!(ncclConfig_v22800, graphUsageMode) - 80usize];
-    ["Offset of field: ncclConfig_v22800::numRmaCtx"]
-        [::std::mem::offset_of!(ncclConfig_v22800, numRmaCtx) - 84usize];
+    [
+        "Alignment of ncclConfig_v22800",
+    ][::std::mem::align_of::<ncclConfig_v22800>() - 8usize];
+    [
+        "Offset of field: ncclConfig_v22800::size",
+    ][::std::mem::offset_of!(ncclConfig_v22800, size) - 0usize];
+    [
+        "Offset of field: ncclConfig_v22800::magic",
+    ][::std::mem::offset_of!(ncclConfig_v22800, magic) - 8usize];
+    [
+        "Offset of field: ncclConfig_v22800::version",
+    ][::std::mem::offset_of!(ncclConfig_v22800, version) - 12usize];
+    [
+        "Offset of field: ncclConfig_v22800::blocking",
+    ][::std::mem::offset_of!(ncclConfig_v22800, blocking) - 16usize];
+    [
+        "Offset of field: ncclConfig_v22800::cgaClusterSize",
+    ][::std::mem::offset_of!(ncclConfig_v22800, cgaClusterSize) - 20usize];
+    [
+        "Offset of field: ncclConfig_v22800::minCTAs",
+    ][::std::mem::offset_of!(ncclConfig_v22800, minCTAs) - 24usize];
+    [
+        "Offset of field: ncclConfig_v22800::maxCTAs",
+    ][::std::mem::offset_of!(ncclConfig_v22800, maxCTAs) - 28usize];
+    [
+        "Offset of field: ncclConfig_v22800::netName",
+    ][::std::mem::offset_of!(ncclConfig_v22800, netName) - 32usize];
+    [
+        "Offset of field: ncclConfig_v22800::splitShare",
+    ][::std::mem::offset_of!(ncclConfig_v22800, splitShare) - 40usize];
+    [
+        "Offset of field: ncclConfig_v22800::trafficClass",
+    ][::std::mem::offset_of!(ncclConfig_v22800, trafficClass) - 44usize];
+    [
+        "Offset of field: ncclConfig_v22800::commName",
+    ][::std::mem::offset_of!(ncclConfig_v22800, commName) - 48usize];
+    [
+        "Offset of field: ncclConfig_v22800::collnetEnable",
+    ][::std::mem::offset_of!(ncclConfig_v22800, collnetEnable) - 56usize];
+    [
+        "Offset of field: ncclConfig_v22800::CTAPolicy",
+    ][::std::mem::offset_of!(ncclConfig_v22800, CTAPolicy) - 60usize];
+    [
+        "Offset of field: ncclConfig_v22800::shrinkShare",
+    ][::std::mem::offset_of!(ncclConfig_v22800, shrinkShare) - 64usize];
+    [
+        "Offset of field: ncclConfig_v22800::nvlsCTAs",
+    ][::std::mem::offset_of!(ncclConfig_v22800, nvlsCTAs) - 68usize];
+    [
+        "Offset of field: ncclConfig_v22800::nChannelsPerNetPeer",
+    ][::std::mem::offset_of!(ncclConfig_v22800, nChannelsPerNetPeer) - 72usize];
+    [
+        "Offset of field: ncclConfig_v22800::nvlinkCentricSched",
+    ][::std::mem::offset_of!(ncclConfig_v22800, nvlinkCentricSched) - 76usize];
+    [
+        "Offset of field: ncclConfig_v22800::graphUsageMode",
+    ][::std::mem::offset_of!(ncclConfig_v22800, graphUsageMode) - 80usize];
+    [
+        "Offset of field: ncclConfig_v22800::numRmaCtx",
+    ][::std::mem::offset_of!(ncclConfig_v22800, numRmaCtx) - 84usize];
 };
-#[doc = " Communicator configuration. Users can assign value to attributes to specify the\n behavior of a communicator."]
+/** Communicator configuration. Users can assign value to attributes to specify the
+ behavior of a communicator.*/
 pub type ncclConfig_t = ncclConfig_v22800;
-#[doc = " This struct will be used by ncclGroupSimulateEnd() API to query information about simulation."]
+/// This struct will be used by ncclGroupSimulateEnd() API to query information about simulation.
 #[repr(C)]
 #[derive(Debug, Copy, Clone, PartialEq)]
 pub struct ncclSimInfo_v22200 {
@@ -430,38 +647,46 @@ pub struct ncclSimInfo_v22200 {
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of ncclSimInfo_v22200"][::std::mem::size_of::<ncclSimInfo_v22200>() - 24usize];
-    ["Alignment of ncclSimInfo_v22200"][::std::mem::align_of::<ncclSimInfo_v22200>() - 8usize];
-    ["Offset of field: ncclSimInfo_v22200::size"]
-        [::std::mem::offset_of!(ncclSimInfo_v22200, size) - 0usize];
-    ["Offset of field: ncclSimInfo_v22200::magic"]
-        [::std::mem::offset_of!(ncclSimInfo_v22200, magic) - 8usize];
-    ["Offset of field: ncclSimInfo_v22200::version"]
-        [::std::mem::offset_of!(ncclSimInfo_v22200, version) - 12usize];
-    ["Offset of field: ncclSimInfo_v22200::estimatedTime"]
-        [::std::mem::offset_of!(ncclSimInfo_v22200, estimatedTime) - 16usize];
+    [
+        "Size of ncclSimInfo_v22200",
+    ][::std::mem::size_of::<ncclSimInfo_v22200>() - 24usize];
+    [
+        "Alignment of ncclSimInfo_v22200",
+    ][::std::mem::align_of::<ncclSimInfo_v22200>() - 8usize];
+    [
+        "Offset of field: ncclSimInfo_v22200::size",
+    ][::std::mem::offset_of!(ncclSimInfo_v22200, size) - 0usize];
+    [
+        "Offset of field: ncclSimInfo_v22200::magic",
+    ][::std::mem::offset_of!(ncclSimInfo_v22200, magic) - 8usize];
+    [
+        "Offset of field: ncclSimInfo_v22200::version",
+    ][::std::mem::offset_of!(ncclSimInfo_v22200, version) - 12usize];
+    [
+        "Offset of field: ncclSimInfo_v22200::estimatedTime",
+    ][::std::mem::offset_of!(ncclSimInfo_v22200, estimatedTime) - 16usize];
 };
-#[doc = " This struct will be used by ncclGroupSimulateEnd() API to query information about simulation."]
+/// This struct will be used by ncclGroupSimulateEnd() API to query information about simulation.
 pub type ncclSimInfo_t = ncclSimInfo_v22200;
 impl ncclCommMemStat_t {
-    #[doc = " Allocated GPU memory that can be suspended (bytes)"]
+    /// Allocated GPU memory that can be suspended (bytes)
     pub const ncclStatGpuMemSuspend: ncclCommMemStat_t = ncclCommMemStat_t(0);
-    #[doc = " GPU memory suspended? (0=active, 1=suspended)"]
+    /// GPU memory suspended? (0=active, 1=suspended)
     pub const ncclStatGpuMemSuspended: ncclCommMemStat_t = ncclCommMemStat_t(1);
-    #[doc = " Allocated GPU memory that cannot be suspended (bytes)"]
+    /// Allocated GPU memory that cannot be suspended (bytes)
     pub const ncclStatGpuMemPersist: ncclCommMemStat_t = ncclCommMemStat_t(2);
-    #[doc = " Total allocated GPU memory tracked by NCCL (bytes)"]
+    /// Total allocated GPU memory tracked by NCCL (bytes)
     pub const ncclStatGpuMemTotal: ncclCommMemStat_t = ncclCommMemStat_t(3);
 }
 #[repr(transparent)]
-#[doc = " Communicator memory statistics"]
+/// Communicator memory statistics
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct ncclCommMemStat_t(pub ::std::os::raw::c_uint);
 impl ncclRedOp_dummy_t {
     pub const ncclNumOps_dummy: ncclRedOp_dummy_t = ncclRedOp_dummy_t(5);
 }
 #[repr(transparent)]
-#[doc = " Reduction operation selector"]
+/// Reduction operation selector
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct ncclRedOp_dummy_t(pub ::std::os::raw::c_uint);
 impl ncclRedOp_t {
@@ -470,9 +695,15 @@ impl ncclRedOp_t {
     pub const ncclMax: ncclRedOp_t = ncclRedOp_t(2);
     pub const ncclMin: ncclRedOp_t = ncclRedOp_t(3);
     pub const ncclAvg: ncclRedOp_t = ncclRedOp_t(4);
-    #[doc = " ncclNumOps: The number of built-in ncclRedOp_t values. Also\n serves as the least possible value for dynamic ncclRedOp_t's\n as constructed by ncclRedOpCreate*** functions."]
+    /** ncclNumOps: The number of built-in ncclRedOp_t values. Also
+ serves as the least possible value for dynamic ncclRedOp_t's
+ as constructed by ncclRedOpCreate*** functions.*/
     pub const ncclNumOps: ncclRedOp_t = ncclRedOp_t(5);
-    #[doc = " ncclMaxRedOp: The largest valid value for ncclRedOp_t.\n It is defined to be the largest signed value (since compilers\n are permitted to use signed enums) that won't grow\n sizeof(ncclRedOp_t) when compared to previous NCCL versions to\n maintain ABI compatibility."]
+    /** ncclMaxRedOp: The largest valid value for ncclRedOp_t.
+ It is defined to be the largest signed value (since compilers
+ are permitted to use signed enums) that won't grow
+ sizeof(ncclRedOp_t) when compared to previous NCCL versions to
+ maintain ABI compatibility.*/
     pub const ncclMaxRedOp: ncclRedOp_t = ncclRedOp_t(2147483647);
 }
 #[repr(transparent)]
@@ -499,56 +730,84 @@ impl ncclDataType_t {
     pub const ncclNumTypes: ncclDataType_t = ncclDataType_t(12);
 }
 #[repr(transparent)]
-#[doc = " Data types"]
+/// Data types
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct ncclDataType_t(pub ::std::os::raw::c_uint);
 impl ncclScalarResidence_t {
-    #[doc = " ncclScalarDevice: The scalar is in device-visible memory and will be\n dereferenced while the collective is running."]
+    /** ncclScalarDevice: The scalar is in device-visible memory and will be
+ dereferenced while the collective is running.*/
     pub const ncclScalarDevice: ncclScalarResidence_t = ncclScalarResidence_t(0);
-    #[doc = " ncclScalarHostImmediate: The scalar is in host-visible memory and will be\n dereferenced before the ncclRedOpCreate***() function returns."]
+    /** ncclScalarHostImmediate: The scalar is in host-visible memory and will be
+ dereferenced before the ncclRedOpCreate***() function returns.*/
     pub const ncclScalarHostImmediate: ncclScalarResidence_t = ncclScalarResidence_t(1);
 }
 #[repr(transparent)]
-#[doc = " ncclScalarResidence_t: Location and dereferencing logic for scalar arguments."]
+/// ncclScalarResidence_t: Location and dereferencing logic for scalar arguments.
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct ncclScalarResidence_t(pub ::std::os::raw::c_uint);
-#[doc = " Wait Signal Descriptor\n\n Describes how many signal operations to wait for\n from a particular rank on a given signal index and context."]
+/** Wait Signal Descriptor
+
+ Describes how many signal operations to wait for
+ from a particular rank on a given signal index and context.*/
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct ncclWaitSignalDesc_t {
-    #[doc = " Number of signal operations to wait for"]
+    /// Number of signal operations to wait for
     pub opCnt: ::std::os::raw::c_int,
-    #[doc = " Target peer to wait for signals from"]
+    /// Target peer to wait for signals from
     pub peer: ::std::os::raw::c_int,
-    #[doc = " Signal index identifier"]
+    /// Signal index identifier
     pub sigIdx: ::std::os::raw::c_int,
-    #[doc = " Context identifier"]
+    /// Context identifier
     pub ctx: ::std::os::raw::c_int,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of ncclWaitSignalDesc_t"][::std::mem::size_of::<ncclWaitSignalDesc_t>() - 16usize];
-    ["Alignment of ncclWaitSignalDesc_t"][::std::mem::align_of::<ncclWaitSignalDesc_t>() - 4usize];
-    ["Offset of field: ncclWaitSignalDesc_t::opCnt"]
-        [::std::mem::offset_of!(ncclWaitSignalDesc_t, opCnt) - 0usize];
-    ["Offset of field: ncclWaitSignalDesc_t::peer"]
-        [::std::mem::offset_of!(ncclWaitSignalDesc_t, peer) - 4usize];
-    ["Offset of field: ncclWaitSignalDesc_t::sigIdx"]
-        [::std::mem::offset_of!(ncclWaitSignalDesc_t, sigIdx) - 8usize];
-    ["Offset of field: ncclWaitSignalDesc_t::ctx"]
-        [::std::mem::offset_of!(ncclWaitSignalDesc_t, ctx) - 12usize];
+    [
+        "Size of ncclWaitSignalDesc_t",
+    ][::std::mem::size_of::<ncclWaitSignalDesc_t>() - 16usize];
+    [
+        "Alignment of ncclWaitSignalDesc_t",
+    ][::std::mem::align_of::<ncclWaitSignalDesc_t>() - 4usize];
+    [
+        "Offset of field: ncclWaitSignalDesc_t::opCnt",
+    ][::std::mem::offset_of!(ncclWaitSignalDesc_t, opCnt) - 0usize];
+    [
+        "Offset of field: ncclWaitSignalDesc_t::peer",
+    ][::std::mem::offset_of!(ncclWaitSignalDesc_t, peer) - 4usize];
+    [
+        "Offset of field: ncclWaitSignalDesc_t::sigIdx",
+    ][::std::mem::offset_of!(ncclWaitSignalDesc_t, sigIdx) - 8usize];
+    [
+        "Offset of field: ncclWaitSignalDesc_t::ctx",
+    ][::std::mem::offset_of!(ncclWaitSignalDesc_t, ctx) - 12usize];
 };
-#[doc = " Macros bindgen's preprocessor cannot evaluate (INT_MIN comes from limits.h), as constants clang evaluates."]
+/// Macros bindgen's preprocessor cannot evaluate (INT_MIN comes from limits.h), as constants clang evaluates.
 pub const METRALE_NCCL_CONFIG_UNDEF_INT: ::std::os::raw::c_int = -2147483648;
 unsafe extern "C" {
-    #[doc = " NCCL malloc and free function for all types of NCCL optimizations\n (e.g. user buffer registration). The actual allocated size might\n be larger than requested due to granularity requirement."]
-    pub fn ncclMemAlloc(ptr: *mut *mut ::std::os::raw::c_void, size: usize) -> ncclResult_t;
+    #[must_use]
+    /** NCCL malloc and free function for all types of NCCL optimizations
+ (e.g. user buffer registration). The actual allocated size might
+ be larger than requested due to granularity requirement.*/
+    pub fn ncclMemAlloc(
+        ptr: *mut *mut ::std::os::raw::c_void,
+        size: usize,
+    ) -> ncclResult_t;
+    #[must_use]
     pub fn ncclMemFree(ptr: *mut ::std::os::raw::c_void) -> ncclResult_t;
-    #[doc = " Return the NCCL_VERSION_CODE of the NCCL library in the supplied integer.\n This integer is coded with the MAJOR, MINOR and PATCH level of the\n NCCL library"]
+    #[must_use]
+    /** Return the NCCL_VERSION_CODE of the NCCL library in the supplied integer.
+ This integer is coded with the MAJOR, MINOR and PATCH level of the
+ NCCL library*/
     pub fn ncclGetVersion(version: *mut ::std::os::raw::c_int) -> ncclResult_t;
-    #[doc = " Generates an Id to be used in ncclCommInitRank. ncclGetUniqueId should be\n called once and the Id should be distributed to all ranks in the\n communicator before calling ncclCommInitRank."]
+    #[must_use]
+    /** Generates an Id to be used in ncclCommInitRank. ncclGetUniqueId should be
+ called once and the Id should be distributed to all ranks in the
+ communicator before calling ncclCommInitRank.*/
     pub fn ncclGetUniqueId(uniqueId: *mut ncclUniqueId) -> ncclResult_t;
-    #[doc = " Create a new communicator (multi thread/process version) with a configuration\n set by users."]
+    #[must_use]
+    /** Create a new communicator (multi thread/process version) with a configuration
+ set by users.*/
     pub fn ncclCommInitRankConfig(
         comm: *mut ncclComm_t,
         nranks: ::std::os::raw::c_int,
@@ -556,28 +815,64 @@ unsafe extern "C" {
         rank: ::std::os::raw::c_int,
         config: *mut ncclConfig_t,
     ) -> ncclResult_t;
-    #[doc = " Creates a new communicator (multi thread/process version).\n rank must be between 0 and nranks-1 and unique within a communicator clique.\n Each rank is associated to a CUDA device, which has to be set before calling\n ncclCommInitRank.\n ncclCommInitRank implicitly syncronizes with other ranks, so it must be\n called by different threads/processes or use ncclGroupStart/ncclGroupEnd."]
+    #[must_use]
+    /** Creates a new communicator (multi thread/process version).
+ rank must be between 0 and nranks-1 and unique within a communicator clique.
+ Each rank is associated to a CUDA device, which has to be set before calling
+ ncclCommInitRank.
+ ncclCommInitRank implicitly syncronizes with other ranks, so it must be
+ called by different threads/processes or use ncclGroupStart/ncclGroupEnd.*/
     pub fn ncclCommInitRank(
         comm: *mut ncclComm_t,
         nranks: ::std::os::raw::c_int,
         commId: ncclUniqueId,
         rank: ::std::os::raw::c_int,
     ) -> ncclResult_t;
-    #[doc = " Creates a clique of communicators (single process version).\n This is a convenience function to create a single-process communicator clique.\n Returns an array of ndev newly initialized communicators in comm.\n comm should be pre-allocated with size at least ndev*sizeof(ncclComm_t).\n If devlist is NULL, the first ndev CUDA devices are used.\n Order of devlist defines user-order of processors within the communicator."]
+    #[must_use]
+    /** Creates a clique of communicators (single process version).
+ This is a convenience function to create a single-process communicator clique.
+ Returns an array of ndev newly initialized communicators in comm.
+ comm should be pre-allocated with size at least ndev*sizeof(ncclComm_t).
+ If devlist is NULL, the first ndev CUDA devices are used.
+ Order of devlist defines user-order of processors within the communicator.*/
     pub fn ncclCommInitAll(
         comm: *mut ncclComm_t,
         ndev: ::std::os::raw::c_int,
         devlist: *const ::std::os::raw::c_int,
     ) -> ncclResult_t;
-    #[doc = " Finalize a communicator. ncclCommFinalize flushes all issued communications,\n and marks communicator state as ncclInProgress. The state will change to ncclSuccess\n when the communicator is globally quiescent and related resources are freed; then,\n calling ncclCommDestroy can locally free the rest of the resources (e.g. communicator\n itself) without blocking."]
+    #[must_use]
+    /** Finalize a communicator. ncclCommFinalize flushes all issued communications,
+ and marks communicator state as ncclInProgress. The state will change to ncclSuccess
+ when the communicator is globally quiescent and related resources are freed; then,
+ calling ncclCommDestroy can locally free the rest of the resources (e.g. communicator
+ itself) without blocking.*/
     pub fn ncclCommFinalize(comm: ncclComm_t) -> ncclResult_t;
-    #[doc = " Frees local resources associated with communicator object."]
+    #[must_use]
+    /// Frees local resources associated with communicator object.
     pub fn ncclCommDestroy(comm: ncclComm_t) -> ncclResult_t;
-    #[doc = " Frees resources associated with communicator object and aborts any operations\n that might still be running on the device."]
+    #[must_use]
+    /** Frees resources associated with communicator object and aborts any operations
+ that might still be running on the device.*/
     pub fn ncclCommAbort(comm: ncclComm_t) -> ncclResult_t;
-    #[doc = " Revoke a communicator. ncclCommRevoke stops all in-flight operations\n and marks communicator state as ncclInProgress. The state will change to ncclSuccess\n when the communicator is quiescent; then, management operations (destroy, split,\n shrink) can proceed safely. Calling ncclCommFinalize after revoke is invalid.\n Additionally, resource sharing via splitShare/shrinkShare is disabled while revoked.\n revokeFlags must be NCCL_REVOKE_DEFAULT (0)."]
-    pub fn ncclCommRevoke(comm: ncclComm_t, revokeFlags: ::std::os::raw::c_int) -> ncclResult_t;
-    #[doc = " Creates one or more communicators from an existing one.\n Ranks with the same color will end up in the same communicator.\n Within the new communicator, key will be used to order ranks.\n NCCL_SPLIT_NOCOLOR as color will indicate the rank will not be part of any group\n and will therefore return a NULL communicator.\n If config is NULL, the new communicator will inherit the original communicator's\n configuration"]
+    #[must_use]
+    /** Revoke a communicator. ncclCommRevoke stops all in-flight operations
+ and marks communicator state as ncclInProgress. The state will change to ncclSuccess
+ when the communicator is quiescent; then, management operations (destroy, split,
+ shrink) can proceed safely. Calling ncclCommFinalize after revoke is invalid.
+ Additionally, resource sharing via splitShare/shrinkShare is disabled while revoked.
+ revokeFlags must be NCCL_REVOKE_DEFAULT (0).*/
+    pub fn ncclCommRevoke(
+        comm: ncclComm_t,
+        revokeFlags: ::std::os::raw::c_int,
+    ) -> ncclResult_t;
+    #[must_use]
+    /** Creates one or more communicators from an existing one.
+ Ranks with the same color will end up in the same communicator.
+ Within the new communicator, key will be used to order ranks.
+ NCCL_SPLIT_NOCOLOR as color will indicate the rank will not be part of any group
+ and will therefore return a NULL communicator.
+ If config is NULL, the new communicator will inherit the original communicator's
+ configuration*/
     pub fn ncclCommSplit(
         comm: ncclComm_t,
         color: ::std::os::raw::c_int,
@@ -585,7 +880,12 @@ unsafe extern "C" {
         newcomm: *mut ncclComm_t,
         config: *mut ncclConfig_t,
     ) -> ncclResult_t;
-    #[doc = " Shrink existing communicator.\n Ranks in excludeRanksList will be removed form the existing communicator.\n Within the new communicator, ranks will be re-ordered to fill the gap of removed ones.\n If config is NULL, the new communicator will inherit the original communicator's configuration\n The flag enables NCCL to adapt to various states of the parent communicator, see NCCL_SHRINK flags."]
+    #[must_use]
+    /** Shrink existing communicator.
+ Ranks in excludeRanksList will be removed form the existing communicator.
+ Within the new communicator, ranks will be re-ordered to fill the gap of removed ones.
+ If config is NULL, the new communicator will inherit the original communicator's configuration
+ The flag enables NCCL to adapt to various states of the parent communicator, see NCCL_SHRINK flags.*/
     pub fn ncclCommShrink(
         comm: ncclComm_t,
         excludeRanksList: *mut ::std::os::raw::c_int,
@@ -594,9 +894,23 @@ unsafe extern "C" {
         config: *mut ncclConfig_t,
         shrinkFlags: ::std::os::raw::c_int,
     ) -> ncclResult_t;
-    #[doc = " Generate per-communicator unique ID for grow.\n Constraints:\n - Cannot generate a new UID while a previous UID is unconsumed\n - Each UID can only be used once (no reuse after consumption)\n - Must wait for grow operation to complete before calling again"]
-    pub fn ncclCommGetUniqueId(comm: ncclComm_t, uniqueId: *mut ncclUniqueId) -> ncclResult_t;
-    #[doc = " Grow communicator by adding new ranks.\n Parameter usage:\n - Existing non-root: comm, uniqueId=NULL, rank=-1\n - Existing root: comm, uniqueId=&id, rank=-1\n - New ranks: comm=NULL, uniqueId=&id, rank=assigned\n The UID is consumed upon successful grow and cannot be reused."]
+    #[must_use]
+    /** Generate per-communicator unique ID for grow.
+ Constraints:
+ - Cannot generate a new UID while a previous UID is unconsumed
+ - Each UID can only be used once (no reuse after consumption)
+ - Must wait for grow operation to complete before calling again*/
+    pub fn ncclCommGetUniqueId(
+        comm: ncclComm_t,
+        uniqueId: *mut ncclUniqueId,
+    ) -> ncclResult_t;
+    #[must_use]
+    /** Grow communicator by adding new ranks.
+ Parameter usage:
+ - Existing non-root: comm, uniqueId=NULL, rank=-1
+ - Existing root: comm, uniqueId=&id, rank=-1
+ - New ranks: comm=NULL, uniqueId=&id, rank=assigned
+ The UID is consumed upon successful grow and cannot be reused.*/
     pub fn ncclCommGrow(
         comm: ncclComm_t,
         nRanks: ::std::os::raw::c_int,
@@ -605,7 +919,10 @@ unsafe extern "C" {
         newcomm: *mut ncclComm_t,
         config: *mut ncclConfig_t,
     ) -> ncclResult_t;
-    #[doc = " Creates a new communicator (multi thread/process version), similar to ncclCommInitRankConfig.\n Allows to use more than one ncclUniqueId (up to one per rank), indicated by nId, to accelerate the init operation.\n The number of ncclUniqueIds and their order must be the same for every rank."]
+    #[must_use]
+    /** Creates a new communicator (multi thread/process version), similar to ncclCommInitRankConfig.
+ Allows to use more than one ncclUniqueId (up to one per rank), indicated by nId, to accelerate the init operation.
+ The number of ncclUniqueIds and their order must be the same for every rank.*/
     pub fn ncclCommInitRankScalable(
         newcomm: *mut ncclComm_t,
         nranks: ::std::os::raw::c_int,
@@ -614,43 +931,80 @@ unsafe extern "C" {
         commIds: *mut ncclUniqueId,
         config: *mut ncclConfig_t,
     ) -> ncclResult_t;
-    #[doc = " Returns a string for each error code."]
+    /// Returns a string for each error code.
     pub fn ncclGetErrorString(result: ncclResult_t) -> *const ::std::os::raw::c_char;
-    #[doc = " Returns a human-readable message of the last error that occurred."]
+    /// Returns a human-readable message of the last error that occurred.
     pub fn ncclGetLastError(comm: ncclComm_t) -> *const ::std::os::raw::c_char;
-    #[doc = " Reload environment variables that determine logging."]
+    /// Reload environment variables that determine logging.
     pub fn ncclResetDebugInit();
-    #[doc = " Checks whether the comm has encountered any asynchronous errors"]
-    pub fn ncclCommGetAsyncError(comm: ncclComm_t, asyncError: *mut ncclResult_t) -> ncclResult_t;
-    #[doc = " Gets the number of ranks in the communicator clique."]
-    pub fn ncclCommCount(comm: ncclComm_t, count: *mut ::std::os::raw::c_int) -> ncclResult_t;
-    #[doc = " Returns the cuda device number associated with the communicator."]
-    pub fn ncclCommCuDevice(comm: ncclComm_t, device: *mut ::std::os::raw::c_int) -> ncclResult_t;
-    #[doc = " Returns the user-ordered \"rank\" associated with the communicator."]
-    pub fn ncclCommUserRank(comm: ncclComm_t, rank: *mut ::std::os::raw::c_int) -> ncclResult_t;
-    #[doc = " Register CUDA buffer for zero-copy operation"]
+    #[must_use]
+    /// Checks whether the comm has encountered any asynchronous errors
+    pub fn ncclCommGetAsyncError(
+        comm: ncclComm_t,
+        asyncError: *mut ncclResult_t,
+    ) -> ncclResult_t;
+    #[must_use]
+    /// Gets the number of ranks in the communicator clique.
+    pub fn ncclCommCount(
+        comm: ncclComm_t,
+        count: *mut ::std::os::raw::c_int,
+    ) -> ncclResult_t;
+    #[must_use]
+    /// Returns the cuda device number associated with the communicator.
+    pub fn ncclCommCuDevice(
+        comm: ncclComm_t,
+        device: *mut ::std::os::raw::c_int,
+    ) -> ncclResult_t;
+    #[must_use]
+    /// Returns the user-ordered "rank" associated with the communicator.
+    pub fn ncclCommUserRank(
+        comm: ncclComm_t,
+        rank: *mut ::std::os::raw::c_int,
+    ) -> ncclResult_t;
+    #[must_use]
+    /// Register CUDA buffer for zero-copy operation
     pub fn ncclCommRegister(
         comm: ncclComm_t,
         buff: *mut ::std::os::raw::c_void,
         size: usize,
         handle: *mut *mut ::std::os::raw::c_void,
     ) -> ncclResult_t;
-    #[doc = " Deregister CUDA buffer"]
+    #[must_use]
+    /// Deregister CUDA buffer
     pub fn ncclCommDeregister(
         comm: ncclComm_t,
         handle: *mut ::std::os::raw::c_void,
     ) -> ncclResult_t;
-    #[doc = " ncclCommSuspend\n\n Suspend communicator operations to free resources.\n The communicator cannot be used while suspended.\n\n flags: NCCL_SUSPEND_MEM - Release dynamic GPU memory allocations"]
-    pub fn ncclCommSuspend(comm: ncclComm_t, flags: ::std::os::raw::c_int) -> ncclResult_t;
-    #[doc = " ncclCommResume\n\n Resume all previously suspended communicator resources."]
+    #[must_use]
+    /** ncclCommSuspend
+
+ Suspend communicator operations to free resources.
+ The communicator cannot be used while suspended.
+
+ flags: NCCL_SUSPEND_MEM - Release dynamic GPU memory allocations*/
+    pub fn ncclCommSuspend(
+        comm: ncclComm_t,
+        flags: ::std::os::raw::c_int,
+    ) -> ncclResult_t;
+    #[must_use]
+    /** ncclCommResume
+
+ Resume all previously suspended communicator resources.*/
     pub fn ncclCommResume(comm: ncclComm_t) -> ncclResult_t;
-    #[doc = " ncclCommMemStats\n\n Query communicator memory statistics.\n\n stat: One of ncclCommMemStat_t values\n value: Output pointer to receive the memory statistic value"]
+    #[must_use]
+    /** ncclCommMemStats
+
+ Query communicator memory statistics.
+
+ stat: One of ncclCommMemStat_t values
+ value: Output pointer to receive the memory statistic value*/
     pub fn ncclCommMemStats(
         comm: ncclComm_t,
         stat: ncclCommMemStat_t,
         value: *mut u64,
     ) -> ncclResult_t;
-    #[doc = " Register memory window"]
+    #[must_use]
+    /// Register memory window
     pub fn ncclCommWindowRegister(
         comm: ncclComm_t,
         buff: *mut ::std::os::raw::c_void,
@@ -658,15 +1012,25 @@ unsafe extern "C" {
         win: *mut ncclWindow_t,
         winFlags: ::std::os::raw::c_int,
     ) -> ncclResult_t;
-    #[doc = " Deregister symmetric memory"]
+    #[must_use]
+    /// Deregister symmetric memory
     pub fn ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t;
-    #[doc = " Get the user pointer from the window"]
+    #[must_use]
+    /// Get the user pointer from the window
     pub fn ncclWinGetUserPtr(
         comm: ncclComm_t,
         win: ncclWindow_t,
         outUserPtr: *mut *mut ::std::os::raw::c_void,
     ) -> ncclResult_t;
-    #[doc = " ncclRedOpCreatePreMulSum\n\n Creates a new reduction operator which pre-multiplies input values by a given\n scalar locally before reducing them with peer values via summation. For use\n only with collectives launched against *comm* and *datatype*. The\n *residence* argument indicates how/when the memory pointed to by *scalar*\n will be dereferenced. Upon return, the newly created operator's handle\n is stored in *op*."]
+    #[must_use]
+    /** ncclRedOpCreatePreMulSum
+
+ Creates a new reduction operator which pre-multiplies input values by a given
+ scalar locally before reducing them with peer values via summation. For use
+ only with collectives launched against *comm* and *datatype*. The
+ *residence* argument indicates how/when the memory pointed to by *scalar*
+ will be dereferenced. Upon return, the newly created operator's handle
+ is stored in *op*.*/
     pub fn ncclRedOpCreatePreMulSum(
         op: *mut ncclRedOp_t,
         scalar: *mut ::std::os::raw::c_void,
@@ -674,9 +1038,23 @@ unsafe extern "C" {
         residence: ncclScalarResidence_t,
         comm: ncclComm_t,
     ) -> ncclResult_t;
-    #[doc = " ncclRedOpDestroy\n\n Destroys the reduction operator *op*. The operator must have been created by\n ncclRedOpCreatePreMul with the matching communicator *comm*. An operator may be\n destroyed as soon as the last NCCL function which is given that operator returns."]
+    #[must_use]
+    /** ncclRedOpDestroy
+
+ Destroys the reduction operator *op*. The operator must have been created by
+ ncclRedOpCreatePreMul with the matching communicator *comm*. An operator may be
+ destroyed as soon as the last NCCL function which is given that operator returns.*/
     pub fn ncclRedOpDestroy(op: ncclRedOp_t, comm: ncclComm_t) -> ncclResult_t;
-    #[doc = " Reduce\n\n Reduces data arrays of length count in sendbuff into recvbuff using op\n operation.\n recvbuff may be NULL on all calls except for root device.\n root is the rank (not the CUDA device) where data will reside after the\n operation is complete.\n\n In-place operation will happen if sendbuff == recvbuff."]
+    #[must_use]
+    /** Reduce
+
+ Reduces data arrays of length count in sendbuff into recvbuff using op
+ operation.
+ recvbuff may be NULL on all calls except for root device.
+ root is the rank (not the CUDA device) where data will reside after the
+ operation is complete.
+
+ In-place operation will happen if sendbuff == recvbuff.*/
     pub fn ncclReduce(
         sendbuff: *const ::std::os::raw::c_void,
         recvbuff: *mut ::std::os::raw::c_void,
@@ -687,7 +1065,14 @@ unsafe extern "C" {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t;
-    #[doc = " (deprecated) Broadcast (in-place)\n\n Copies count values from root to all other devices.\n root is the rank (not the CUDA device) where data resides before the\n operation is started.\n\n This operation is implicitely in place."]
+    #[must_use]
+    /** (deprecated) Broadcast (in-place)
+
+ Copies count values from root to all other devices.
+ root is the rank (not the CUDA device) where data resides before the
+ operation is started.
+
+ This operation is implicitely in place.*/
     pub fn ncclBcast(
         buff: *mut ::std::os::raw::c_void,
         count: usize,
@@ -696,7 +1081,14 @@ unsafe extern "C" {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t;
-    #[doc = " Broadcast\n\n Copies count values from root to all other devices.\n root is the rank (not the CUDA device) where data resides before the\n operation is started.\n\n In-place operation will happen if sendbuff == recvbuff."]
+    #[must_use]
+    /** Broadcast
+
+ Copies count values from root to all other devices.
+ root is the rank (not the CUDA device) where data resides before the
+ operation is started.
+
+ In-place operation will happen if sendbuff == recvbuff.*/
     pub fn ncclBroadcast(
         sendbuff: *const ::std::os::raw::c_void,
         recvbuff: *mut ::std::os::raw::c_void,
@@ -706,7 +1098,13 @@ unsafe extern "C" {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t;
-    #[doc = " All-Reduce\n\n Reduces data arrays of length count in sendbuff using op operation, and\n leaves identical copies of result on each recvbuff.\n\n In-place operation will happen if sendbuff == recvbuff."]
+    #[must_use]
+    /** All-Reduce
+
+ Reduces data arrays of length count in sendbuff using op operation, and
+ leaves identical copies of result on each recvbuff.
+
+ In-place operation will happen if sendbuff == recvbuff.*/
     pub fn ncclAllReduce(
         sendbuff: *const ::std::os::raw::c_void,
         recvbuff: *mut ::std::os::raw::c_void,
@@ -716,7 +1114,16 @@ unsafe extern "C" {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t;
-    #[doc = " Reduce-Scatter\n\n Reduces data in sendbuff using op operation and leaves reduced result\n scattered over the devices so that recvbuff on rank i will contain the i-th\n block of the result.\n Assumes sendcount is equal to nranks*recvcount, which means that sendbuff\n should have a size of at least nranks*recvcount elements.\n\n In-place operations will happen if recvbuff == sendbuff + rank * recvcount."]
+    #[must_use]
+    /** Reduce-Scatter
+
+ Reduces data in sendbuff using op operation and leaves reduced result
+ scattered over the devices so that recvbuff on rank i will contain the i-th
+ block of the result.
+ Assumes sendcount is equal to nranks*recvcount, which means that sendbuff
+ should have a size of at least nranks*recvcount elements.
+
+ In-place operations will happen if recvbuff == sendbuff + rank * recvcount.*/
     pub fn ncclReduceScatter(
         sendbuff: *const ::std::os::raw::c_void,
         recvbuff: *mut ::std::os::raw::c_void,
@@ -726,7 +1133,15 @@ unsafe extern "C" {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t;
-    #[doc = " All-Gather\n\n Each device gathers sendcount values from other GPUs into recvbuff,\n receiving data from rank i at offset i*sendcount.\n Assumes recvcount is equal to nranks*sendcount, which means that recvbuff\n should have a size of at least nranks*sendcount elements.\n\n In-place operations will happen if sendbuff == recvbuff + rank * sendcount."]
+    #[must_use]
+    /** All-Gather
+
+ Each device gathers sendcount values from other GPUs into recvbuff,
+ receiving data from rank i at offset i*sendcount.
+ Assumes recvcount is equal to nranks*sendcount, which means that recvbuff
+ should have a size of at least nranks*sendcount elements.
+
+ In-place operations will happen if sendbuff == recvbuff + rank * sendcount.*/
     pub fn ncclAllGather(
         sendbuff: *const ::std::os::raw::c_void,
         recvbuff: *mut ::std::os::raw::c_void,
@@ -735,7 +1150,13 @@ unsafe extern "C" {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t;
-    #[doc = " All-to-All\n\n Each device sends count values to all other devices and receives count values\n from all other devices. Data to send to destination rank j is taken from\n sendbuff+j*count and data received from source rank i is placed at\n recvbuff+i*count."]
+    #[must_use]
+    /** All-to-All
+
+ Each device sends count values to all other devices and receives count values
+ from all other devices. Data to send to destination rank j is taken from
+ sendbuff+j*count and data received from source rank i is placed at
+ recvbuff+i*count.*/
     pub fn ncclAlltoAll(
         sendbuff: *const ::std::os::raw::c_void,
         recvbuff: *mut ::std::os::raw::c_void,
@@ -744,7 +1165,15 @@ unsafe extern "C" {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t;
-    #[doc = " Gather\n\n Each rank sends count elements from sendbuff to the root rank.\n On the root rank, data from rank i is placed at recvbuff + i*count.\n On non-root ranks, recvbuff is not used.\n root is the rank where data will be gathered.\n\n In-place operations will happen if sendbuff == recvbuff + root * count."]
+    #[must_use]
+    /** Gather
+
+ Each rank sends count elements from sendbuff to the root rank.
+ On the root rank, data from rank i is placed at recvbuff + i*count.
+ On non-root ranks, recvbuff is not used.
+ root is the rank where data will be gathered.
+
+ In-place operations will happen if sendbuff == recvbuff + root * count.*/
     pub fn ncclGather(
         sendbuff: *const ::std::os::raw::c_void,
         recvbuff: *mut ::std::os::raw::c_void,
@@ -754,7 +1183,15 @@ unsafe extern "C" {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t;
-    #[doc = " Scatter\n\n On the root rank, count elements from sendbuff+i*count are sent to rank i.\n On non-root ranks, sendbuff is not used.\n Each rank receives count elements into recvbuff.\n root is the rank that will distribute the data.\n\n In-place operations will happen if recvbuff == sendbuff + root * count."]
+    #[must_use]
+    /** Scatter
+
+ On the root rank, count elements from sendbuff+i*count are sent to rank i.
+ On non-root ranks, sendbuff is not used.
+ Each rank receives count elements into recvbuff.
+ root is the rank that will distribute the data.
+
+ In-place operations will happen if recvbuff == sendbuff + root * count.*/
     pub fn ncclScatter(
         sendbuff: *const ::std::os::raw::c_void,
         recvbuff: *mut ::std::os::raw::c_void,
@@ -764,7 +1201,17 @@ unsafe extern "C" {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t;
-    #[doc = " Send\n\n Send data from sendbuff to rank peer.\n\n Rank peer needs to call ncclRecv with the same datatype and the same count from this\n rank.\n\n This operation is blocking for the GPU. If multiple ncclSend and ncclRecv operations\n need to progress concurrently to complete, they must be fused within a ncclGroupStart/\n ncclGroupEnd section."]
+    #[must_use]
+    /** Send
+
+ Send data from sendbuff to rank peer.
+
+ Rank peer needs to call ncclRecv with the same datatype and the same count from this
+ rank.
+
+ This operation is blocking for the GPU. If multiple ncclSend and ncclRecv operations
+ need to progress concurrently to complete, they must be fused within a ncclGroupStart/
+ ncclGroupEnd section.*/
     pub fn ncclSend(
         sendbuff: *const ::std::os::raw::c_void,
         count: usize,
@@ -773,6 +1220,7 @@ unsafe extern "C" {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t;
+    #[must_use]
     pub fn ncclRecv(
         recvbuff: *mut ::std::os::raw::c_void,
         count: usize,
@@ -781,7 +1229,28 @@ unsafe extern "C" {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t;
-    #[doc = " Put\n\n One-sided communication operation that writes data from the local buffer to a\n remote peer's registered memory window without explicit participation from the\n target process.\n\n Parameters:\n   localbuff    - Local source buffer containing data to be transferred\n   count        - Number of elements to transfer\n   datatype     - NCCL data type of each element\n   peer         - Target rank to write data to\n   peerWin      - Memory window object registered by the target peer\n   peerWinOffset- Offset in bytes from the start of peer's registered window\n   sigIdx       - Signal index identifier for the operation\n   ctx          - Context identifier for the operation\n   flags        - Reserved for future use\n   comm         - NCCL communicator\n   stream       - CUDA stream to enqueue the operation on\n\n Returns:\n   ncclSuccess on successful enqueue, error code otherwise"]
+    #[must_use]
+    /** Put
+
+ One-sided communication operation that writes data from the local buffer to a
+ remote peer's registered memory window without explicit participation from the
+ target process.
+
+ Parameters:
+   localbuff    - Local source buffer containing data to be transferred
+   count        - Number of elements to transfer
+   datatype     - NCCL data type of each element
+   peer         - Target rank to write data to
+   peerWin      - Memory window object registered by the target peer
+   peerWinOffset- Offset in bytes from the start of peer's registered window
+   sigIdx       - Signal index identifier for the operation
+   ctx          - Context identifier for the operation
+   flags        - Reserved for future use
+   comm         - NCCL communicator
+   stream       - CUDA stream to enqueue the operation on
+
+ Returns:
+   ncclSuccess on successful enqueue, error code otherwise*/
     pub fn ncclPutSignal(
         localbuff: *const ::std::os::raw::c_void,
         count: usize,
@@ -795,7 +1264,21 @@ unsafe extern "C" {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t;
-    #[doc = " Signal\n\n Sends a signal to the specified peer without transferring data.\n\n Parameters:\n   peer         - Target rank to send signal to\n   sigIdx       - Signal index identifier for the operation\n   ctx          - Context identifier for the operation\n   flags        - Reserved for future use\n   comm         - NCCL communicator\n   stream       - CUDA stream to enqueue the operation on\n\n Returns:\n   ncclSuccess on successful signal enqueue, error code otherwise"]
+    #[must_use]
+    /** Signal
+
+ Sends a signal to the specified peer without transferring data.
+
+ Parameters:
+   peer         - Target rank to send signal to
+   sigIdx       - Signal index identifier for the operation
+   ctx          - Context identifier for the operation
+   flags        - Reserved for future use
+   comm         - NCCL communicator
+   stream       - CUDA stream to enqueue the operation on
+
+ Returns:
+   ncclSuccess on successful signal enqueue, error code otherwise*/
     pub fn ncclSignal(
         peer: ::std::os::raw::c_int,
         sigIdx: ::std::os::raw::c_int,
@@ -804,21 +1287,48 @@ unsafe extern "C" {
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t;
-    #[doc = " Wait Signal\n\n Waits for signals as described in the signal descriptor array.\n\n Parameters:\n   nDesc        - Number of signal descriptors in the array\n   signalDescs  - Array of descriptors specifying the signals to wait for.\n                  Each descriptor indicates how many signals to expect from\n                  a specific peer on a particular signal index and context.\n   comm         - NCCL communicator\n   stream       - CUDA stream to enqueue the operation on\n\n Returns:\n   ncclSuccess when all required signals received, error code otherwise"]
+    #[must_use]
+    /** Wait Signal
+
+ Waits for signals as described in the signal descriptor array.
+
+ Parameters:
+   nDesc        - Number of signal descriptors in the array
+   signalDescs  - Array of descriptors specifying the signals to wait for.
+                  Each descriptor indicates how many signals to expect from
+                  a specific peer on a particular signal index and context.
+   comm         - NCCL communicator
+   stream       - CUDA stream to enqueue the operation on
+
+ Returns:
+   ncclSuccess when all required signals received, error code otherwise*/
     pub fn ncclWaitSignal(
         nDesc: ::std::os::raw::c_int,
         signalDescs: *mut ncclWaitSignalDesc_t,
         comm: ncclComm_t,
         stream: cudaStream_t,
     ) -> ncclResult_t;
-    #[doc = " Group Start\n\n Start a group call. All calls to NCCL until ncclGroupEnd will be fused into\n a single NCCL operation. Nothing will be started on the CUDA stream until\n ncclGroupEnd."]
+    #[must_use]
+    /** Group Start
+
+ Start a group call. All calls to NCCL until ncclGroupEnd will be fused into
+ a single NCCL operation. Nothing will be started on the CUDA stream until
+ ncclGroupEnd.*/
     pub fn ncclGroupStart() -> ncclResult_t;
-    #[doc = " Group End\n\n End a group call. Start a fused NCCL operation consisting of all calls since\n ncclGroupStart. Operations on the CUDA stream depending on the NCCL operations\n need to be called after ncclGroupEnd."]
+    #[must_use]
+    /** Group End
+
+ End a group call. Start a fused NCCL operation consisting of all calls since
+ ncclGroupStart. Operations on the CUDA stream depending on the NCCL operations
+ need to be called after ncclGroupEnd.*/
     pub fn ncclGroupEnd() -> ncclResult_t;
-    #[doc = " Group Simulate End\n\n Simulate a ncclGroupEnd() call and return NCCL's simulation info in a struct."]
+    #[must_use]
+    /** Group Simulate End
+
+ Simulate a ncclGroupEnd() call and return NCCL's simulation info in a struct.*/
     pub fn ncclGroupSimulateEnd(simInfo: *mut ncclSimInfo_t) -> ncclResult_t;
-    #[doc = " *out = NCCL_CONFIG_INITIALIZER"]
+    /// *out = NCCL_CONFIG_INITIALIZER
     pub fn metrale_nccl_config_initializer(out: *mut ncclConfig_t);
-    #[doc = " *out = NCCL_SIM_INFO_INITIALIZER"]
+    /// *out = NCCL_SIM_INFO_INITIALIZER
     pub fn metrale_nccl_sim_info_initializer(out: *mut ncclSimInfo_t);
 }

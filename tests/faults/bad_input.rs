@@ -294,9 +294,14 @@ fn bad_input_without_a_gpu_is_an_error_with_nccls_text() {
     }
     // ncclGetLastError is process-wide: a failure on another thread shows on this one.
     // SAFETY: NULL out argument, checked by NCCL.
-    std::thread::spawn(|| unsafe { ncclCommCount(null_mut(), null_mut()) })
+    let refused = std::thread::spawn(|| unsafe { ncclCommCount(null_mut(), null_mut()) })
         .join()
         .expect("thread");
+    assert_ne!(
+        refused,
+        NcclResult::ncclSuccess,
+        "ncclCommCount(NULL, NULL)"
+    );
     // SAFETY: NULL out argument, checked by NCCL (it records no message of its own).
     let res = unsafe { ncclGetVersion(null_mut()) };
     check(expect_error(

@@ -2,7 +2,8 @@
 //! `ncclCommInitRankScalable`, `ncclResetDebugInit` (every supported NCCL), `ncclCommRevoke` (2.28+),
 //! `ncclCommSuspend` / `ncclCommResume` / `ncclCommMemStats`, the one-sided `ncclPutSignal` /
 //! `ncclSignal` / `ncclWaitSignal` with `ncclWinGetUserPtr`, `ncclCommGetUniqueId` + `ncclCommGrow`
-//! (2.29+), and the elastic example (revoke, shrink, grow after a SIGKILL) five times in a row.
+//! (2.29+), and the elastic example (recovery from SIGKILLs at 2 to 8 ranks, during a recovery, and of
+//! the coordinator: `elastic.rs` says which runs and how to choose them).
 //!
 //! Every GPU test needs 2 GPUs and `NCCL_NVLS_ENABLE=0`, so it is `#[ignore]`d: plain `cargo test` skips
 //! them. The GPU runner (`ci/gpu`, then `.gpu-build/run.sh` on the GPU host) runs them with the GPU and
