@@ -147,7 +147,13 @@ impl Me {
     /// This rank's communicator over all ranks: blocking `ncclCommInitRank` on its device, with rank 0's
     /// unique id.
     pub fn join(&self) -> World {
-        let id = self.share_id("world-id", 0);
+        self.join_id("world-id")
+    }
+
+    /// [`Me::join`] with the unique id shared under `key`: a second communicator over all ranks needs
+    /// an id (and a key) of its own.
+    pub fn join_id(&self, key: &str) -> World {
+        let id = self.share_id(key, 0);
         cuda::use_device(self.device, "join").expect("use_device");
         let mut comm: NcclComm = std::ptr::null_mut();
         // SAFETY: writes one handle; rank `rank` of `nranks` on the current device.
