@@ -97,13 +97,13 @@ nextest() {
         --workspace-remap "$repo" --config-file "$here/nextest.toml" --profile gpu --run-ignored all \
         --color never -E "not test(=child_entry) and ($filter)" "$@"
     local label plan
-    plan=$(grep -m1 -oE '^[^ ]+: [0-9]+ ranks? on [0-9]+ GPUs?, [0-9]+ hosts? \([a-z-]+\)' "$log" | sed 's/^[^ ]* //')
+    plan=$(grep -m1 -oE '[0-9]+ ranks? on [0-9]+ GPUs?, [0-9]+ hosts? \([a-z-]+\)' "$log")
     label=${LABEL:-"[$v${plan:+, $plan}]"}
     times+=("$label ${log#"$logdir"/}: ${secs} s")
     # The tests that said they could not run here: "SKIP module::test: why".
     declare -A skipped=()
     while IFS=$'\t' read -r name why; do skipped[$name]=$why; done < <(
-        sed -nE 's/^ *SKIP ([A-Za-z0-9_:]+): (.*)$/\1\t\2/p' "$log")
+        sed -nE 's/^(.* )?SKIP ([A-Za-z0-9_:]+): (.*)$/\2\t\3/p' "$log")
     # nextest's status lines: "PASS [  1.2s] (3/9) metrale-gpu-sys::gpu name".
     while IFS=$'\t' read -r status s name; do
         case $status in

@@ -20,7 +20,7 @@ fn query(comm: NcclComm) -> (i32, i32, i32) {
 }
 
 /// An all-reduce and an all-gather (whose output order shows the ranks' order) on `world`.
-fn exercise(world: &World, tally: &mut Tally, label: &str, seed: u64) {
+pub fn exercise(world: &World, tally: &mut Tally, label: &str, seed: u64) {
     for (i, count) in [1usize, sized(world, 65_539, 8_195)]
         .into_iter()
         .enumerate()

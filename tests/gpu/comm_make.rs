@@ -6,22 +6,8 @@
 use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
 
+use crate::comm_life::exercise;
 use crate::common::*;
-use crate::data;
-
-/// An all-reduce and an all-gather of `world`, recorded under `label`.
-fn exercise(world: &World, tally: &mut Tally, label: &str, seed: u64) {
-    for (i, count) in [1usize, 4099].into_iter().enumerate() {
-        let s = seed + 10 * i as u64;
-        for case in [
-            Case::new(Coll::AllReduce(Op::Sum), &data::FLOAT32, count, false, s),
-            Case::new(Coll::AllGather, &data::INT32, count, false, s + 1),
-        ] {
-            let result = run_case(world, case, Buffers::Fresh, None);
-            tally.record(&format!("{label}: {}", case.name()), result);
-        }
-    }
-}
 
 /// `ncclCommUserRank` and `ncclCommCount` of a world's one communicator.
 fn rank_and_size(world: &World) -> (usize, usize) {
