@@ -1,15 +1,14 @@
-//! The crate's error types: [`GpuError`] for every helper, [`WaitError`] for the deadline waits (which
-//! converts into a `GpuError`), and `check_nccl`, which turns an `ncclResult_t` into a `GpuError`.
-//! A leaf of the crate's imports: it names the bindings and `NcclVersion`, nothing that names it back.
+//! [`GpuError`], the error of every helper (a deadline wait's [`WaitError`] converts into one), and
+//! `check_nccl`, which turns an `ncclResult_t` into a `GpuError`.
 
 use std::ffi::CStr;
 use std::fmt;
-use std::time::Duration;
 
 use crate::bindings::{
     ncclGetErrorString, ncclGetLastError, ncclResult_t, CUresult, NCCL_VERSION_CODE,
 };
 use crate::nccl_version::NcclVersion;
+use crate::watchdog::WaitError;
 
 /// What went wrong in a helper, with enough to act on: the call, the code, the library's own text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,166 +153,14 @@ impl fmt::Display for GpuError {
     }
 }
 
-impl std::error::Error for GpuError {}
-
-/// What a deadline wait did to the communicators when it gave up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum GiveUp {
-    /// `ncclCommAbort`: the handle is dead; it must not be used again, not even destroyed.
-    Abort,
-    /// `ncclCommRevoke`, then a wait until the communicator is quiescent: the handle stays valid for
-    /// `ncclCommShrink`, `ncclCommSplit` and `ncclCommDestroy` (NCCL 2.29+).
-    #[cfg(nccl_2_29)]
-    Revoke,
-}
-
-/// Why a wait gave up. `Timeout` and `Failed` gave up on every communicator of the wait (`gave_up` says
-/// how) but one NCCL refused along the way; `Refused` left the refused handle alone and gave up on the
-/// others (`others` says how). Remote errors are `Failed` with `ncclRemoteError`: see
-/// [`WaitError::is_remote`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum WaitError {
-    /// The deadline passed with the work still running.
-    Timeout {
-        /// What was waited for.
-        context: String,
-        /// How long the wait lasted, giving up included.
-        waited: Duration,
-        /// What was done to the communicators.
-        gave_up: GiveUp,
-        /// The error giving up returned, if any: `ncclCommAbort`'s, or why a revoke failed (the
-        /// communicators were then aborted: `gave_up` is `Abort`).
-        abort_error: Option<Box<GpuError>>,
-    },
-    /// NCCL reported an error on a communicator: `ncclRemoteError` (a peer failed or left) or another
-    /// asynchronous error, with NCCL's text; or a CUDA error on the stream; or the call a non-blocking
-    /// check was given failed.
-    Failed {
-        /// What was waited for.
-        context: String,
-        /// The error as NCCL or CUDA reported it.
-        error: Box<GpuError>,
-        /// What was done to the communicators.
-        gave_up: GiveUp,
-        /// The error giving up returned, if any (as for `Timeout`).
-        abort_error: Option<Box<GpuError>>,
-    },
-    /// NCCL refused a communicator handle itself: `ncclCommGetAsyncError` failed with
-    /// `ncclInvalidArgument`, NCCL's answer for NULL, a freed or a foreign handle. That handle was not
-    /// aborted (aborting it would write through whatever it points to); the wait's other communicators,
-    /// if any, were given up on as for `Failed`.
-    Refused {
-        /// What was waited for.
-        context: String,
-        /// `ncclCommGetAsyncError`'s error.
-        error: Box<GpuError>,
-        /// What was done to the wait's other communicators: `None` in a wait over one. After `Abort`
-        /// they must not be used again; after `Revoke` they are quiescent and still valid.
-        others: Option<GiveUp>,
-        /// The error giving up on the others returned, if any (as for `Timeout`).
-        abort_error: Option<Box<GpuError>>,
-    },
-}
-
-/// `ncclTimeout`, which NCCL 2.30 added: its value from the headers where they define it.
-#[cfg(nccl_2_30)]
-const NCCL_TIMEOUT: ncclResult_t = ncclResult_t::ncclTimeout;
-/// `ncclTimeout`, which NCCL 2.30 added as 8 (after `ncclInProgress`, 7): these older headers lack it, but
-/// a newer library loaded at run time may return it.
-#[cfg(not(nccl_2_30))]
-const NCCL_TIMEOUT: ncclResult_t = ncclResult_t(8);
-
-impl WaitError {
-    /// True when the deadline passed, or NCCL itself reported a timeout (`ncclTimeout`, NCCL 2.30+).
-    pub fn is_timeout(&self) -> bool {
+impl std::error::Error for GpuError {
+    /// A wait's error is carried whole (`Display` and `source` are its own); the others come straight
+    /// from a library's status and have nothing underneath.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            WaitError::Timeout { .. } => true,
-            WaitError::Failed { error, .. } => {
-                matches!(**error, GpuError::Nccl { code, .. } if code == NCCL_TIMEOUT)
-            }
-            WaitError::Refused { .. } => false,
+            GpuError::Wait(wait) => wait.source(),
+            _ => None,
         }
-    }
-
-    /// True when NCCL blamed a peer (`ncclRemoteError`): it died, left, or its network failed.
-    pub fn is_remote(&self) -> bool {
-        matches!(self, WaitError::Failed { error, .. }
-            if matches!(**error, GpuError::Nccl { code, .. } if code == ncclResult_t::ncclRemoteError))
-    }
-}
-
-impl fmt::Display for WaitError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // What was given up on, how, and what that said: the tail every variant shares.
-        let ((subject, plural), gave_up, abort_error) = match self {
-            WaitError::Timeout {
-                context,
-                waited,
-                gave_up,
-                abort_error,
-            } => {
-                let secs = waited.as_secs_f64();
-                write!(f, "{context} timed out after {secs:.3} s")?;
-                (("the communicator", false), gave_up, abort_error)
-            }
-            WaitError::Failed {
-                context,
-                error,
-                gave_up,
-                abort_error,
-            } => {
-                let kind = if self.is_remote() {
-                    "a peer failed"
-                } else {
-                    "error"
-                };
-                write!(f, "{context}: {kind}: {error}")?;
-                (("the communicator", false), gave_up, abort_error)
-            }
-            WaitError::Refused {
-                context,
-                error,
-                others,
-                abort_error,
-            } => {
-                write!(
-                    f,
-                    "{context}: NCCL refused the communicator handle ({error}): it is NULL, destroyed, aborted \
-                     or not a communicator; it was not aborted"
-                )?;
-                let Some(others) = others else {
-                    return Ok(());
-                };
-                (
-                    ("the wait's other communicators", true),
-                    others,
-                    abort_error,
-                )
-            }
-        };
-        let was = if plural { "were" } else { "was" };
-        match gave_up {
-            GiveUp::Abort => write!(f, "; {subject} {was} aborted")?,
-            #[cfg(nccl_2_29)]
-            GiveUp::Revoke => {
-                let is = if plural { "are" } else { "is" };
-                write!(f, "; {subject} {was} revoked and {is} quiescent")?
-            }
-        }
-        match abort_error {
-            Some(e) => write!(f, " (giving up: {e})"),
-            None => Ok(()),
-        }
-    }
-}
-
-impl std::error::Error for WaitError {}
-
-impl From<WaitError> for GpuError {
-    fn from(error: WaitError) -> GpuError {
-        GpuError::Wait(Box::new(error))
     }
 }
 
@@ -338,10 +185,17 @@ const NCCL_LAST_ERROR_BYTES: usize = 1024;
 pub(crate) fn nccl_error(result: ncclResult_t, context: &str) -> GpuError {
     // SAFETY: ncclGetErrorString returns a static string for any code.
     let text = unsafe { c_text(ncclGetErrorString(result)) };
-    // SAFETY: ncclGetLastError(NULL) returns NCCL's process-wide message buffer of NCCL_LAST_ERROR_BYTES
-    // bytes, which lives as long as the library; the copy reads at most that many, byte by byte. NCCL
-    // rewrites it under a lock of its own, so the text may be torn or another call's (`last_error`'s doc
-    // says so).
+    // SAFETY: ncclGetLastError(NULL) returns NCCL's process-wide buffer (`char ncclLastError[1024]`,
+    // src/debug.cc), which lives as long as the library; the copy reads at most its 1024 bytes, so it
+    // never reads outside it. What holds beyond that, and what does not: NCCL rewrites the buffer
+    // (vsnprintf under its private ncclDebugMutex) whenever a call of any thread fails, and a read during
+    // that write is a data race, undefined by the C++ and Rust memory models; no read on this side
+    // (volatile or atomic) removes it, and NCCL has no call that copies the text under its lock. It is
+    // accepted, as by every program that prints ncclGetLastError, because on the targets this crate
+    // builds for (x86_64, aarch64) a byte load racing a byte store yields some byte and cannot fault, and
+    // nothing here assumes the bytes stable: each is read once, volatile (the compiler may neither re-read
+    // nor reason about it), into a local array. The worst outcome is text that is cut, mixed or another
+    // call's, which `last_error`'s doc says.
     let last =
         unsafe { c_text_bounded::<NCCL_LAST_ERROR_BYTES>(ncclGetLastError(std::ptr::null_mut())) };
     GpuError::Nccl {
@@ -367,7 +221,8 @@ pub(crate) unsafe fn c_text(ptr: *const std::os::raw::c_char) -> Option<String> 
 
 /// Copies the text of a C buffer of `N` bytes, up to its first NUL or its end; `None` for NULL. Another
 /// thread may be writing the buffer (NCCL, under its own lock): each byte is read once, with a volatile
-/// read, into a local copy, so no Rust reference ever points at memory that changes under it.
+/// read, into a local copy, and no Rust reference ever points at the buffer. That bounds what a racing
+/// write can do to the copy's text; it does not make the race defined (see `nccl_error`).
 ///
 /// # Safety
 /// `ptr` is NULL or points to `N` readable bytes that live for the duration of the call.

@@ -1,15 +1,19 @@
-//! The NCCL side of the example: non-blocking communicators (every wait is bounded by the crate's
-//! watchdog), one checked all-reduce whose wait also listens to the rendezvous and revokes on failure,
-//! the shrink and the grow.
+//! The NCCL side of the example: non-blocking communicators, every wait bounded by the crate's watchdog
+//! and cancelled by the rendezvous's news; the checked all-reduce (its wait revokes on failure), the
+//! init, the shrink and the grow (their waits abort on failure).
 
 use std::os::raw::c_void;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use metrale_gpu_sys::cuda::{self, CUdeviceptr, CUstream};
 use metrale_gpu_sys::nccl::*;
-use metrale_gpu_sys::watchdog::{CommWork, GiveUp, Poll, WaitError, Watchdog, Watched};
+use metrale_gpu_sys::watchdog::{
+    CommWork, GiveUp, GiveUpError, Poll, WaitError, Watchdog, Watched,
+};
 
 use crate::membership::Membership;
+use crate::protocol::Held;
 
 /// Floats per all-reduce.
 pub const COUNT: usize = 1 << 18;
@@ -25,16 +29,18 @@ pub fn config() -> NcclConfig {
     config
 }
 
-/// How a rank learnt that the collective will never finish; the communicator is revoked and quiescent.
+/// How a rank learnt that a collective of generation `gen` will never finish, and what it holds.
 pub struct Lost {
-    /// `rendezvous` (a member's connection closed), `nccl` (an error NCCL reported) or `timeout`.
+    /// `rendezvous` (its news), `nccl` (an error NCCL reported) or `timeout`.
     pub how: &'static str,
     pub detail: String,
-    /// From the start of the all-reduce to the moment the watchdog gave up on it.
+    /// Revoked (quiescent with no error: can be shrunk) or aborted.
+    pub held: Held,
+    /// From the start of the wait to the moment the watchdog gave up.
     pub waited: Duration,
     /// That moment, in µs since the Unix epoch.
     pub at_unix_us: u128,
-    /// From then until the communicator was quiescent and the stream drained (`ncclCommRevoke`).
+    /// From then until the watchdog was done giving up (`ncclCommRevoke` and its quiescence).
     pub revoked: Duration,
 }
 
@@ -44,80 +50,229 @@ pub enum Outcome {
     Lost(Lost),
 }
 
-/// A non-blocking call's status, then (`ncclInProgress`) its end within `limit`: the watchdog's check,
-/// which aborts `comm` if the call fails. A call that made no communicator fails with its own status.
-fn settle(res: NcclResult, comm: NcclComm, what: &str, limit: Duration) -> Result<(), String> {
-    if comm.is_null() {
-        if res != NcclResult::ncclInProgress {
-            check_nccl(res, what).map_err(|e| e.to_string())?;
-        }
-        return Err(format!("{what} returned no communicator"));
-    }
-    // SAFETY: the handle the call returned, used by this thread alone.
-    unsafe { Watchdog::abort_after(limit).check(res, comm, what) }.map_err(|e| e.to_string())
+/// A wait on generation `gen`'s work: the communicator and stream (the crate's [`CommWork`]), then the
+/// rendezvous, whose news that `gen` is lost cancels the wait at once.
+struct Watch<'a> {
+    work: CommWork,
+    who: &'a Membership,
+    gen: u64,
+    /// An idle communicator: nothing to finish, so the news comes first.
+    idle: bool,
+    given_up_at: Option<Instant>,
 }
 
-/// `ncclCommInitRankConfig`, waited for.
+impl<'a> Watch<'a> {
+    /// # Safety
+    /// `comm` (and `stream`) are live and used by this thread alone while the watch is polled.
+    unsafe fn new(comm: NcclComm, stream: Option<CUstream>, who: &'a Membership, gen: u64) -> Self {
+        Watch {
+            // SAFETY: the caller's promise.
+            work: unsafe { CommWork::new(comm, stream) },
+            who,
+            gen,
+            idle: false,
+            given_up_at: None,
+        }
+    }
+
+    /// What a failed wait means: the work is lost and the communicator held as `held`, or (NCCL
+    /// refused the handle, CUDA failed) the rank cannot go on.
+    fn lost(&self, error: WaitError, start: Instant) -> Result<Lost, String> {
+        let how = match &error {
+            WaitError::Timeout { .. } => "timeout",
+            WaitError::Cancelled { .. } => "rendezvous",
+            WaitError::Failed { error: e, .. } if matches!(**e, GpuError::Nccl { .. }) => "nccl",
+            _ => return Err(error.to_string()),
+        };
+        let held = match error.gave_up() {
+            Some(GiveUp::Revoke) => Held::Revoked,
+            _ => Held::Aborted,
+        };
+        let given_up_at = self.given_up_at.unwrap_or(start);
+        let revoked = given_up_at.elapsed();
+        Ok(Lost {
+            how,
+            detail: error.to_string(),
+            held,
+            waited: given_up_at - start,
+            at_unix_us: unix_us() - revoked.as_micros(),
+            revoked,
+        })
+    }
+}
+
+impl Watched for Watch<'_> {
+    fn poll(&mut self) -> Poll {
+        let news = |watch: &Self| watch.who.lost(watch.gen).map(Poll::Cancel);
+        if self.idle {
+            return news(self).unwrap_or_else(|| self.work.poll());
+        }
+        // Completion first: a rank that finished its last round may exit before this poll sees it.
+        match self.work.poll() {
+            Poll::Running => news(self).unwrap_or(Poll::Running),
+            other => other,
+        }
+    }
+
+    fn abort(&mut self) -> Result<(), GpuError> {
+        self.given_up_at.get_or_insert_with(Instant::now);
+        self.work.abort()
+    }
+
+    fn revoke(&mut self) -> Result<(), GiveUpError> {
+        self.given_up_at = Some(Instant::now());
+        self.work.revoke()
+    }
+
+    fn poll_revoked(&mut self) -> Result<bool, GpuError> {
+        self.work.poll_revoked()
+    }
+}
+
+/// A non-blocking call's status on `watch`'s communicator, then (`ncclInProgress`) its end within
+/// `limit`: the watchdog's check, which aborts the communicator if the call fails or the rendezvous
+/// says its generation is lost.
+fn settle(res: NcclResult, watch: &mut Watch, what: &str, limit: Duration) -> Result<(), String> {
+    Watchdog::abort_after(limit)
+        .check_on(res, watch, what)
+        .map_err(|e| e.to_string())
+}
+
+/// `ncclCommInitRankConfig` of generation `gen`, waited for.
 pub fn init(
     size: usize,
     id: NcclUniqueId,
     rank: usize,
     limit: Duration,
+    who: &Membership,
+    gen: u64,
 ) -> Result<NcclComm, String> {
     let mut comm: NcclComm = std::ptr::null_mut();
-    // SAFETY: writes one handle; the config is read during the call.
+    // SAFETY: writes one handle before it returns (a non-blocking init hands it back at once); the
+    // config is read during the call.
     let res =
         unsafe { ncclCommInitRankConfig(&mut comm, size as i32, id, rank as i32, &mut config()) };
-    settle(res, comm, "ncclCommInitRankConfig", limit)?;
+    if comm.is_null() {
+        check_nccl(res, "ncclCommInitRankConfig").map_err(|e| e.to_string())?;
+        return Err("ncclCommInitRankConfig returned no communicator".into());
+    }
+    // SAFETY: the handle the init returned, used by this thread alone.
+    let mut watch = unsafe { Watch::new(comm, None, who, gen) };
+    settle(res, &mut watch, "ncclCommInitRankConfig", limit)?;
     Ok(comm)
 }
 
-/// `ncclCommShrink` of the revoked `comm` without `dead`: the survivors' communicator.
-pub fn shrink(comm: NcclComm, dead: &[usize], limit: Duration) -> Result<NcclComm, String> {
-    let mut exclude: Vec<i32> = dead.iter().map(|&r| r as i32).collect();
-    let mut shrunk: NcclComm = std::ptr::null_mut();
-    // SAFETY: a quiescent revoked communicator (nccl.h allows shrinking it); the list and config are
-    // read during the call; the new handle is written when the shrink is done.
+/// Where NCCL writes a new communicator's handle: its init job may write it from its own thread after
+/// the call returned (`ncclCommShrink` always does), and a job given up on may write it later still,
+/// so the cell is never freed (one pointer per shrink or grow) and read atomically, as NCCL writes it.
+fn new_handle_cell() -> &'static AtomicPtr<ncclComm> {
+    Box::leak(Box::new(AtomicPtr::new(std::ptr::null_mut())))
+}
+
+/// Aborts `comm` (if any) unless a wait already gave up on it: where a recovery step failed.
+fn abort_unless_given_up(comm: NcclComm, given_up: bool) {
+    if !comm.is_null() && !given_up {
+        if let Err(e) = release(comm, true) {
+            eprintln!("warning: {e}");
+        }
+    }
+}
+
+/// `ncclCommShrink` of the revoked `parent` without `exclude`: generation `gen`, the survivors'
+/// communicator. The parent is released either way (aborted: it is revoked and its excluded ranks are
+/// gone); on failure the shrunk communicator too, if it was made.
+pub fn shrink(
+    parent: NcclComm,
+    exclude: &[usize],
+    limit: Duration,
+    who: &Membership,
+    gen: u64,
+) -> Result<NcclComm, String> {
+    let mut exclude: Vec<i32> = exclude.iter().map(|&r| r as i32).collect();
+    let cell = new_handle_cell();
+    // SAFETY: a quiescent revoked communicator with no error (the watchdog checked: nccl.h allows
+    // shrinking it); the list and config are read during the call; the cell outlives every write.
     let res = unsafe {
         ncclCommShrink(
-            comm,
+            parent,
             exclude.as_mut_ptr(),
             exclude.len() as i32,
-            &mut shrunk,
+            cell.as_ptr(),
             &mut config(),
             NCCL_SHRINK_DEFAULT as i32,
         )
     };
     // Non-blocking: the parent reports the shrink's progress; the new handle is set once it is done.
-    settle(res, comm, "ncclCommShrink", limit)?;
-    settle(
-        NcclResult::ncclInProgress,
-        shrunk,
-        "the shrunk communicator",
-        limit,
-    )?;
-    Ok(shrunk)
+    // SAFETY: the rank's parent communicator, used by this thread alone.
+    let mut on_parent = unsafe { Watch::new(parent, None, who, gen) };
+    let parent_done = settle(res, &mut on_parent, "ncclCommShrink", limit);
+    // Settled, or aborted (which ends the shrink's job): the job has written the handle if it made one.
+    let shrunk = cell.load(Ordering::Acquire);
+    let mut child_given_up = false;
+    let result = match (parent_done, shrunk.is_null()) {
+        (Err(e), _) => Err(e),
+        (Ok(()), true) => Err("ncclCommShrink made no communicator".to_string()),
+        (Ok(()), false) => {
+            // SAFETY: the handle the shrink made, used by this thread alone.
+            let mut on_child = unsafe { Watch::new(shrunk, None, who, gen) };
+            let ready = settle(
+                NcclResult::ncclInProgress,
+                &mut on_child,
+                "the shrunk communicator",
+                limit,
+            );
+            child_given_up = on_child.work.is_abandoned();
+            ready
+        }
+    };
+    if result.is_err() {
+        abort_unless_given_up(shrunk, child_given_up);
+    }
+    abort_unless_given_up(parent, on_parent.work.is_abandoned());
+    result.map(|()| shrunk)
 }
 
-/// `ncclCommGrow` to `size` ranks: a member passes its communicator and rank -1 (the root, the one that
-/// called `ncclCommGetUniqueId`, also the id); a replacement no communicator, the id and its rank.
+/// `ncclCommGrow` to `size` ranks, generation `gen`: a member passes its communicator and rank -1 (the
+/// root, the one that called `ncclCommGetUniqueId`, also the id); a replacement no communicator, the id
+/// and its rank. On success the parent is destroyed, as nccl.h asks; on failure both are aborted.
 pub fn grow(
-    comm: NcclComm,
+    parent: NcclComm,
     size: usize,
     id: Option<&NcclUniqueId>,
     rank: i32,
     limit: Duration,
+    who: &Membership,
+    gen: u64,
 ) -> Result<NcclComm, String> {
-    let mut grown: NcclComm = std::ptr::null_mut();
+    let cell = new_handle_cell();
     let id = id.map_or(std::ptr::null(), |id| id as *const NcclUniqueId);
-    // SAFETY: the arguments nccl.h prescribes for this caller; id and config are read during the call.
-    let res = unsafe { ncclCommGrow(comm, size as i32, id, rank, &mut grown, &mut config()) };
-    settle(res, grown, "ncclCommGrow", limit)?;
-    Ok(grown)
+    // SAFETY: the arguments nccl.h prescribes for this caller; id and config are read during the call;
+    // the cell outlives every write.
+    let res = unsafe { ncclCommGrow(parent, size as i32, id, rank, cell.as_ptr(), &mut config()) };
+    let grown = cell.load(Ordering::Acquire);
+    let result = match grown.is_null() {
+        true => Err(match check_nccl(res, "ncclCommGrow") {
+            Err(e) => e.to_string(),
+            Ok(()) => "ncclCommGrow returned no communicator".to_string(),
+        }),
+        false => {
+            // SAFETY: the handle the grow made, used by this thread alone.
+            let mut watch = unsafe { Watch::new(grown, None, who, gen) };
+            let ready = settle(res, &mut watch, "ncclCommGrow", limit);
+            if ready.is_err() {
+                abort_unless_given_up(grown, watch.work.is_abandoned());
+            }
+            ready
+        }
+    };
+    if !parent.is_null() {
+        release(parent, result.is_err())?;
+    }
+    result.map(|()| grown)
 }
 
-/// `ncclCommDestroy` (a healthy, idle communicator) or `ncclCommAbort` (a revoked one whose peers
-/// are gone: nothing of it is needed, and abort touches no peer).
+/// `ncclCommDestroy` (a healthy, idle communicator) or `ncclCommAbort` (a revoked or failed one whose
+/// peers may be gone: nothing of it is needed, and abort touches no peer).
 pub fn release(comm: NcclComm, abort: bool) -> Result<(), String> {
     // SAFETY: the caller's communicator, released once and never used again.
     let (res, what) = unsafe {
@@ -130,104 +285,30 @@ pub fn release(comm: NcclComm, abort: bool) -> Result<(), String> {
     check_nccl(res, what).map_err(|e| e.to_string())
 }
 
+/// Gives up on idle generation `gen` (the rendezvous said it is lost while the rank waited for a
+/// grow), as a collective's wait would: revoked, or aborted where that fails.
+pub fn give_up_idle(
+    comm: NcclComm,
+    who: &Membership,
+    gen: u64,
+    deadline: Duration,
+) -> Result<Lost, String> {
+    let start = Instant::now();
+    // SAFETY: the rank's idle communicator, used by this thread alone.
+    let mut watch = unsafe { Watch::new(comm, None, who, gen) };
+    watch.idle = true;
+    match Watchdog::revoke_after(deadline).wait(&mut [&mut watch], "the idle communicator") {
+        Ok(()) => Err(format!(
+            "generation {gen} was declared lost, but its idle communicator had nothing to give up"
+        )),
+        Err(e) => watch.lost(e, start),
+    }
+}
+
 /// Element `i` of round `round`: `factor` times a small integer, so that every sum is exact. Rank r
 /// contributes factor r + 1; the sum over `size` ranks has factor size (size + 1) / 2.
 fn value(factor: usize, round: usize, i: usize) -> f32 {
     (factor * (1 + (i * 7 + round) % 97)) as f32
-}
-
-/// The all-reduce's wait: the communicator and stream (the crate's [`CommWork`]), then the
-/// rendezvous, whose news of a dead rank fails the wait at once. The watchdog revokes on failure; this
-/// notes when, and after the revoke waits for the stream to drain as well.
-struct Watch<'a> {
-    work: CommWork,
-    stream: CUstream,
-    who: &'a Membership,
-    /// The dead ranks, once the rendezvous reported them.
-    dead: Vec<usize>,
-    revoked_at: Option<Instant>,
-}
-
-impl Watched for Watch<'_> {
-    fn poll(&mut self) -> Poll {
-        // Completion first: a rank that finished its last round may exit before this poll sees it.
-        match self.work.poll() {
-            Poll::Running => {}
-            other => return other,
-        }
-        self.dead = self.who.dead();
-        if self.dead.is_empty() {
-            return Poll::Running;
-        }
-        Poll::Failed(GpuError::Nccl {
-            context: "the rendezvous (a member's connection closed)".into(),
-            code: NcclResult::ncclRemoteError,
-            text: format!("remote process exited: ranks {:?} died", self.dead),
-            last_error: None,
-        })
-    }
-
-    fn abort(&mut self) -> Result<(), GpuError> {
-        self.work.abort()
-    }
-
-    fn revoke(&mut self) -> Result<(), GpuError> {
-        self.revoked_at = Some(Instant::now());
-        self.work.revoke()
-    }
-
-    fn poll_revoked(&mut self) -> Poll {
-        match self.work.poll_revoked() {
-            // SAFETY: the rank's own live stream.
-            Poll::Done => match unsafe { stream_ready(self.stream) } {
-                Ok(true) => Poll::Done,
-                Ok(false) => Poll::Running,
-                Err(e) => Poll::Failed(e),
-            },
-            other => other,
-        }
-    }
-}
-
-impl Watch<'_> {
-    /// What a failed wait means: the all-reduce is lost and the communicator revoked, or (nothing was
-    /// revoked: NCCL refused the handle, a revoke failed, CUDA failed) the rank cannot go on.
-    fn lost(
-        &self,
-        error: WaitError,
-        start: Instant,
-        deadline: Duration,
-    ) -> Result<Outcome, String> {
-        let (how, detail) = match &error {
-            WaitError::Timeout {
-                gave_up: GiveUp::Revoke,
-                ..
-            } => (
-                "timeout",
-                format!("the all-reduce did not finish within {deadline:?}"),
-            ),
-            WaitError::Failed {
-                gave_up: GiveUp::Revoke,
-                ..
-            } if !self.dead.is_empty() => ("rendezvous", format!("ranks {:?} died", self.dead)),
-            WaitError::Failed {
-                gave_up: GiveUp::Revoke,
-                error: e,
-                ..
-            } if matches!(**e, GpuError::Nccl { .. }) => ("nccl", e.to_string()),
-            _ => return Err(error.to_string()),
-        };
-        // Revoked: the watchdog called `revoke` when it gave up.
-        let revoked_at = self.revoked_at.unwrap_or(start);
-        let revoked = revoked_at.elapsed();
-        Ok(Outcome::Lost(Lost {
-            how,
-            detail,
-            waited: revoked_at - start,
-            at_unix_us: unix_us() - revoked.as_micros(),
-            revoked,
-        }))
-    }
 }
 
 /// Now, in µs since the Unix epoch.
@@ -277,9 +358,11 @@ impl Gpu {
         check_cuda(res, "cuMemcpyAsync").map_err(|e| e.to_string())
     }
 
-    /// One all-reduce of round `round` as rank `rank` of `size`, checked against the host's sum. Gives
-    /// up (`Outcome::Lost`, the communicator revoked) when the rendezvous reports a dead rank, NCCL
-    /// reports an error, or `deadline` passes.
+    /// One all-reduce of round `round` as rank `rank` of `size` on generation `gen`, checked against
+    /// the host's sum. Gives up (`Outcome::Lost`) when the rendezvous says `gen` is lost, NCCL reports
+    /// an error, or `deadline` passes: the watchdog revokes the communicator, and aborts it where NCCL
+    /// would refuse to shrink it.
+    #[allow(clippy::too_many_arguments)]
     pub fn all_reduce(
         &mut self,
         comm: NcclComm,
@@ -287,6 +370,7 @@ impl Gpu {
         size: usize,
         round: usize,
         who: &Membership,
+        gen: u64,
         deadline: Duration,
     ) -> Result<Outcome, String> {
         let start = Instant::now();
@@ -302,20 +386,14 @@ impl Gpu {
         // SAFETY: the buffer holds COUNT floats on this communicator's device, the stream is that
         // device's; the upload is queued before the all-reduce on the same stream.
         let res = unsafe { ncclAllReduce(ptr, ptr, COUNT, f32, sum, comm, self.stream) };
-        let mut watch = Watch {
-            // SAFETY: the rank's live communicator and stream, used by this thread alone.
-            work: unsafe { CommWork::new(comm, Some(self.stream)) },
-            stream: self.stream,
-            who,
-            dead: Vec::new(),
-            revoked_at: None,
-        };
+        // SAFETY: the rank's live communicator and stream, used by this thread alone.
+        let mut watch = unsafe { Watch::new(comm, Some(self.stream), who, gen) };
         let dog = Watchdog::revoke_after(deadline);
         let waited = dog
             .check_on(res, &mut watch, "ncclAllReduce")
             .and_then(|()| dog.wait(&mut [&mut watch], "the all-reduce"));
         if let Err(e) = waited {
-            return watch.lost(e, start, deadline);
+            return watch.lost(e, start).map(Outcome::Lost);
         }
         self.copy(false)?;
         // SAFETY: the rank's own live stream.
@@ -335,7 +413,7 @@ impl Gpu {
 impl Drop for Gpu {
     fn drop(&mut self) {
         // The buffer and stream are this struct's and idle: every wait drained the stream, or the
-        // communicator using it was revoked (which drains it too).
+        // communicator using it was revoked or aborted (which ends its kernel).
         let freed = cuda::driver("elastic").and_then(|api| {
             // SAFETY: the buffer from cuMemAlloc, freed once.
             check_cuda(unsafe { api.cuMemFree_v2(self.buf) }, "cuMemFree")?;

@@ -1,20 +1,28 @@
-//! Recovering without a restart: ranks all-reduce in a loop; when one dies, the survivors detect it,
-//! revoke the communicator, shrink it to the living ranks and go on; when a replacement arrives, they
-//! grow it back to full size.
+//! Recovering without a restart: ranks all-reduce in a loop; when some die, the survivors agree on who
+//! died, make the communicator of the living (shrink, or init from a new unique id) and go on; when
+//! replacements arrive, they grow it back to full size. The README beside this file says why and how.
 //!
 //! Launched like `multi_process` (the testkit's `launcher`): `--rank R --world-size N --local-rank G
 //! --master HOST:PORT`, or the variables torchrun, srun, mpirun or a PMI launcher set, with
 //! `MASTER_ADDR`/`MASTER_PORT`. A replacement is started with `--join` and its local rank and rank 0's
-//! address, read the same way. `--deadline SECS` (default 5) bounds every collective and every recovery
+//! address, read the same way (rank 0 given port 0 picks one and prints it: `ELASTIC phase=listening
+//! port=P`). `--deadline SECS` (default 5) bounds every collective and every recovery
 //! step (the crate's watchdog, in its revoke mode); `--iters N` (default 100000) ends a run in which
 //! nobody dies.
 //!
-//! How a survivor learns who died: every process keeps its connection to rank 0's rendezvous open
-//! (see `membership.rs`); the kernel closes a dead process's sockets, rank 0 reads the end of
-//! the connection and tells every survivor the dead set. A survivor's wait on its all-reduce polls that
-//! set, `ncclCommGetAsyncError` and the stream, and gives up after the deadline if none of them moved:
-//! the watchdog then revokes the communicator and waits until it is quiescent, ready to be shrunk.
-//! Rank 0 is the coordinator and must survive: in the demo another rank is killed.
+//! How the survivors recover (see `membership.rs` for the rendezvous, `coordinator.rs` for the
+//! agreement): every process keeps its connection to rank 0's rendezvous open; rank 0 reads the end of a
+//! dead one's connection and tells every survivor that the communicator's generation is lost. A
+//! survivor's wait on its all-reduce polls that news, `ncclCommGetAsyncError` and the stream, and gives
+//! up after the deadline if none of them moved: whichever comes first, the watchdog revokes the
+//! communicator and waits until it is quiescent, or aborts it where NCCL still reports an error (NCCL
+//! shrinks no communicator in that state: see the crate's `watchdog` docs). Each survivor tells rank 0
+//! how it holds the lost communicator; rank 0 waits for every live one (a silent one is treated as dead),
+//! fixes one dead set, and sends one plan: `ncclCommShrink` when every survivor holds it revoked, else a
+//! new communicator from a new unique id. Replacements (`--join`) then grow it back to full size, ranks
+//! in order. A failure during any of this is one more round. Rank 0 coordinates and is not replaced:
+//! its death ends every other rank with a clear error (a production system keeps membership in an
+//! external store and elects a new coordinator).
 //!
 //! ```sh
 //! # two GPUs: 2 -> 1 -> 2 ranks
@@ -28,9 +36,15 @@
 
 // Revoke, shrink and grow came with NCCL 2.29: built against older headers the example only says so.
 #[cfg(nccl_2_29)]
+mod client;
+#[cfg(nccl_2_29)]
 mod comm;
 #[cfg(nccl_2_29)]
+mod coordinator;
+#[cfg(nccl_2_29)]
 mod membership;
+#[cfg(nccl_2_29)]
+mod protocol;
 #[cfg(nccl_2_29)]
 mod recovery;
 
@@ -81,7 +95,7 @@ fn main() -> ExitCode {
         .map_or("replacement".to_string(), |r| format!("rank {r}"));
     let result = metrale_gpu_sys::version::check_library_version()
         .map_err(|e| e.to_string())
-        .and_then(|_| recovery::Gpu::new(args.local_rank).map_err(|e| e.to_string()))
+        .and_then(|_| comm::Gpu::new(args.local_rank).map_err(|e| e.to_string()))
         .and_then(|mut gpu| match args.rank {
             Some(rank) => recovery::run_member(&args, rank, &mut gpu),
             None => recovery::run_replacement(&args, &mut gpu),

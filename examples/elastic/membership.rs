@@ -1,401 +1,460 @@
-//! Who is alive: the rendezvous that hands out the unique ids and tells the survivors who died.
+//! Who is alive: the rendezvous that hands out the unique ids, tells the survivors who died and makes
+//! them agree on what comes next. Rank 0 coordinates (`coordinator.rs`); every other process keeps one
+//! connection to it (`client.rs`); the messages are in `protocol.rs`.
 //!
-//! Rank 0 is the coordinator: it listens on the master port and keeps, in comm-rank order, who is a
-//! member. Every other process connects once and keeps that connection open for its whole life. The
-//! kernel closes the sockets of a process that dies, even by SIGKILL, so the coordinator reads
-//! end-of-file on its connection within milliseconds: that marks the member dead, and the coordinator
-//! sends every live member the dead set. That holds on every transport NCCL uses; over NVLink NCCL
-//! itself never notices a dead peer. The coordinator must outlive the others (it is never the one
-//! killed in the demo): its own death ends the job.
-//!
-//! One line of text per message:
-//! - member to coordinator: `HELLO <rank>` (a rank of the first world) or `JOIN` (a replacement);
-//! - coordinator to member: `ID <hex>` (the first unique id, to `HELLO`), `DEAD <r>,<r>…` (the current
-//!   ranks that died: shrink them out), `GROW <size>` (a survivor: call `ncclCommGrow` without an id),
-//!   `GROWID <rank> <size> <hex>` (a replacement: its rank in the grown communicator, and the id).
-//!
-//! One failure at a time: the survivors shrink and grow back before another death is handled.
+//! The kernel closes the sockets of a process that dies, even by SIGKILL, so rank 0 reads the end of a
+//! dead member's connection within milliseconds: that holds on every transport NCCL uses (over NVLink
+//! NCCL itself never notices a dead peer). Rank 0's own death closes every member's connection: each
+//! ends with a clear error (`client::COORDINATOR_GONE`) within the time its revoke takes; this example
+//! elects no new coordinator.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use metrale_gpu_testkit::launcher;
+use crate::client::Client;
+use crate::coordinator::Coordinator;
+use crate::protocol::{Held, Plan};
 
-type Shared<T> = Arc<(Mutex<T>, Condvar)>;
+/// State a connection's thread and the rank share, with the condition variable that says it changed.
+pub type Shared<T> = Arc<(Mutex<T>, Condvar)>;
 
-/// One member of the communicator, in rank order; the coordinator itself has no connection.
-struct Member {
-    conn: Option<TcpStream>,
-    /// Which connection it is (to match the end-of-file a watcher reads).
-    key: u64,
-    alive: bool,
+pub fn shared<T>(value: T) -> Shared<T> {
+    Arc::new((Mutex::new(value), Condvar::new()))
 }
 
-#[derive(Default)]
-struct Roster {
-    members: Vec<Member>,
-    /// Replacements that said `JOIN`, waiting for the next grow.
-    joiners: Vec<(u64, TcpStream)>,
+/// The state, even if a thread panicked holding it (every update leaves it whole).
+pub fn lock<T>(shared: &Shared<T>) -> MutexGuard<'_, T> {
+    shared.0.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl Roster {
-    fn dead(&self) -> Vec<usize> {
-        (0..self.members.len())
-            .filter(|&r| !self.members[r].alive)
-            .collect()
-    }
-
-    /// A watcher read end-of-file on connection `key`.
-    fn lost(&mut self, key: u64) {
-        self.joiners.retain(|(k, _)| *k != key);
-        let Some(member) = self.members.iter_mut().find(|m| m.key == key) else {
-            return;
+/// Waits until `done` holds or `deadline` passes: the state, and whether `done` holds.
+pub fn wait_until<T>(
+    shared: &Shared<T>,
+    deadline: Instant,
+    done: impl Fn(&T) -> bool,
+) -> (MutexGuard<'_, T>, bool) {
+    let mut state = lock(shared);
+    loop {
+        if done(&state) {
+            return (state, true);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return (state, false);
+        }
+        state = match shared.1.wait_timeout(state, left) {
+            Ok((state, _)) => state,
+            Err(poisoned) => poisoned.into_inner().0,
         };
-        member.alive = false;
-        let line = format!("DEAD {}\n", join(&self.dead()));
-        for m in self.members.iter_mut().filter(|m| m.alive) {
-            if let Some(conn) = m.conn.as_mut() {
-                let _ = conn.write_all(line.as_bytes()); // a failure is that member's own death
-            }
-        }
     }
 }
 
-/// Rank 0's side.
-pub struct Coordinator {
-    roster: Shared<Roster>,
+/// Makes a unique id (hex) for a new communicator or a grow: rank 0's NCCL, a fake in the tests.
+pub type NewId<'a> = &'a mut dyn FnMut() -> Result<String, String>;
+
+/// What a rank below full size does next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Grow to `size` ranks, making generation `gen`.
+    Grow { gen: u64, size: usize },
+    /// Generation `gen` was lost while waiting: give up on it and recover.
+    Recover { gen: u64 },
 }
 
-impl Coordinator {
-    /// Listens on the port of `master` (every interface, as torchrun does), hands `id` to the other
-    /// `world_size - 1` ranks and returns once all have connected, within `timeout`.
-    pub fn start(
-        master: &str,
-        world_size: usize,
-        id: &str,
-        timeout: Duration,
-    ) -> Result<Coordinator, String> {
-        let port = master
-            .rsplit_once(':')
-            .and_then(|(_, p)| p.parse::<u16>().ok())
-            .ok_or(format!("--master '{master}' has no port"))?;
-        let listener = TcpListener::bind(("0.0.0.0", port))
-            .map_err(|e| format!("rank 0 cannot listen on port {port}: {e}"))?;
-        let me = Member {
-            conn: None,
-            key: 0,
-            alive: true,
-        };
-        let roster: Shared<Roster> = Arc::new((
-            Mutex::new(Roster {
-                members: vec![me],
-                joiners: Vec::new(),
-            }),
-            Condvar::new(),
-        ));
-        for _ in 1..world_size {
-            roster
-                .0
-                .lock()
-                .map_err(|_| "poisoned")?
-                .members
-                .push(Member {
-                    conn: None,
-                    key: u64::MAX,
-                    alive: true,
-                });
-        }
-        let (shared, id) = (Arc::clone(&roster), id.to_string());
-        std::thread::spawn(move || accept_loop(listener, shared, world_size, id));
-        let coordinator = Coordinator { roster };
-        coordinator.wait_for(timeout, "every rank to connect", |r| {
-            r.members.iter().all(|m| m.key != u64::MAX)
-        })?;
-        Ok(coordinator)
-    }
-
-    /// The current ranks that died.
-    pub fn dead(&self) -> Vec<usize> {
-        self.roster.0.lock().map(|r| r.dead()).unwrap_or_default()
-    }
-
-    /// After the shrink: the dead leave the roster, so ranks match the shrunk communicator.
-    fn forget_dead(&self) {
-        if let Ok(mut r) = self.roster.0.lock() {
-            r.members.retain(|m| m.alive);
-        }
-    }
-
-    /// Waits for `count` replacements, then tells the survivors to grow and each replacement its rank
-    /// and `id`; the grown size.
-    pub fn grow(&self, count: usize, id: &str, timeout: Duration) -> Result<usize, String> {
-        self.wait_for(timeout, &format!("{count} replacement(s) to --join"), |r| {
-            r.joiners.len() >= count
-        })?;
-        let mut r = self.roster.0.lock().map_err(|_| "poisoned")?;
-        let size = r.members.len() + count;
-        for m in r.members.iter_mut() {
-            if let Some(conn) = m.conn.as_mut() {
-                conn.write_all(format!("GROW {size}\n").as_bytes())
-                    .map_err(|e| format!("telling a survivor to grow: {e}"))?;
-            }
-        }
-        let joiners: Vec<(u64, TcpStream)> = r.joiners.drain(..count).collect();
-        for (key, mut conn) in joiners {
-            let rank = r.members.len();
-            conn.write_all(format!("GROWID {rank} {size} {id}\n").as_bytes())
-                .map_err(|e| format!("sending the grow id to the replacement: {e}"))?;
-            r.members.push(Member {
-                conn: Some(conn),
-                key,
-                alive: true,
-            });
-        }
-        Ok(size)
-    }
-
-    fn wait_for(
-        &self,
-        timeout: Duration,
-        what: &str,
-        done: impl Fn(&Roster) -> bool,
-    ) -> Result<(), String> {
-        let deadline = Instant::now() + timeout;
-        let (lock, changed) = &*self.roster;
-        let mut r = lock.lock().map_err(|_| "poisoned")?;
-        while !done(&r) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(format!("rank 0 waited {timeout:?} for {what}"));
-            }
-            r = changed.wait_timeout(r, left).map_err(|_| "poisoned")?.0;
-        }
-        Ok(())
-    }
-}
-
-/// Accepts members for the life of the process: `HELLO` fills a rank of the first world, `JOIN` queues
-/// a replacement; each connection then has a watcher that reports its end.
-fn accept_loop(listener: TcpListener, roster: Shared<Roster>, world_size: usize, id: String) {
-    for (key, conn) in (1u64..).zip(listener.incoming()) {
-        let Ok(conn) = conn else { continue };
-        let (roster, id) = (Arc::clone(&roster), id.clone());
-        std::thread::spawn(move || {
-            if let Err(e) = admit(conn, key, &roster, world_size, &id) {
-                eprintln!("rank 0: rendezvous: {e}");
-            }
-        });
-    }
-}
-
-fn admit(
-    conn: TcpStream,
-    key: u64,
-    roster: &Shared<Roster>,
-    world_size: usize,
-    id: &str,
-) -> Result<(), String> {
-    let peer = conn.peer_addr().map_err(|e| e.to_string())?;
-    let mut reader = BufReader::new(conn.try_clone().map_err(|e| e.to_string())?);
-    let mut hello = String::new();
-    reader
-        .read_line(&mut hello)
-        .map_err(|e| format!("{peer}: {e}"))?;
-    {
-        let (lock, changed) = &**roster;
-        let mut r = lock.lock().map_err(|_| "poisoned")?;
-        match hello.split_whitespace().collect::<Vec<_>>()[..] {
-            ["HELLO", rank] => {
-                let rank: usize = rank
-                    .parse()
-                    .map_err(|_| format!("{peer}: bad rank in {hello:?}"))?;
-                let slot = r
-                    .members
-                    .get_mut(rank)
-                    .filter(|m| rank > 0 && rank < world_size && m.key == u64::MAX);
-                let slot = slot.ok_or(format!("{peer} claims rank {rank}: invalid or taken"))?;
-                let mut conn = conn;
-                conn.write_all(format!("ID {id}\n").as_bytes())
-                    .map_err(|e| format!("{peer}: {e}"))?;
-                *slot = Member {
-                    conn: Some(conn),
-                    key,
-                    alive: true,
-                };
-            }
-            ["JOIN"] => r.joiners.push((key, conn)),
-            _ => {
-                return Err(format!(
-                    "{peer} is not a member of this job (said {hello:?})"
-                ))
-            }
-        }
-        changed.notify_all();
-    }
-    // Members say nothing more: the next thing read is the end of the connection.
-    let mut rest = String::new();
-    while matches!(reader.read_line(&mut rest), Ok(n) if n > 0) {}
-    let (lock, changed) = &**roster;
-    lock.lock().map_err(|_| "poisoned")?.lost(key);
-    changed.notify_all();
-    Ok(())
-}
-
-/// What the coordinator told a member so far.
-#[derive(Default)]
-struct Inbox {
-    dead: Vec<usize>,
-    grow: Option<usize>,
-}
-
-/// Any other rank's side (and a replacement's).
-pub struct Client {
-    inbox: Shared<Inbox>,
-}
-
-impl Client {
-    /// Connects to the coordinator (retrying until `timeout`: it may start later), says `hello`, and
-    /// returns the connection's reader with the first reply line.
-    fn connect(
-        master: &str,
-        hello: &str,
-        timeout: Duration,
-    ) -> Result<(BufReader<TcpStream>, String), String> {
-        let deadline = Instant::now() + timeout;
-        let mut conn = launcher::connect(master, timeout)?;
-        conn.write_all(format!("{hello}\n").as_bytes())
-            .map_err(|e| format!("{master}: {e}"))?;
-        conn.set_read_timeout(Some(
-            deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1)),
-        ))
-        .map_err(|e| e.to_string())?;
-        let mut reader = BufReader::new(conn);
-        let mut reply = String::new();
-        match reader.read_line(&mut reply) {
-            Ok(n) if n > 0 => Ok((reader, reply)),
-            Ok(_) => Err(format!(
-                "rank 0 at {master} closed the connection (said {hello:?})"
-            )),
-            Err(e) => Err(format!(
-                "no answer from rank 0 at {master} within {timeout:?}: {e}"
-            )),
-        }
-    }
-
-    /// A rank of the first world: its connection stays open; returns the unique id's hex.
-    pub fn hello(master: &str, rank: u32, timeout: Duration) -> Result<(Client, String), String> {
-        let (reader, reply) = Client::connect(master, &format!("HELLO {rank}"), timeout)?;
-        let id = reply
-            .strip_prefix("ID ")
-            .ok_or(format!("rank 0 answered {reply:?}, not an id"))?;
-        Ok((Client::listen(reader)?, id.trim().to_string()))
-    }
-
-    /// A replacement: waits (up to `timeout`) for its rank, the grown size and the grow id's hex.
-    pub fn join(master: &str, timeout: Duration) -> Result<(Client, usize, usize, String), String> {
-        let (reader, reply) = Client::connect(master, "JOIN", timeout)?;
-        match reply.split_whitespace().collect::<Vec<_>>()[..] {
-            ["GROWID", rank, size, id] => {
-                let num = |s: &str| {
-                    s.parse::<usize>()
-                        .map_err(|_| format!("bad GROWID line {reply:?}"))
-                };
-                Ok((
-                    Client::listen(reader)?,
-                    num(rank)?,
-                    num(size)?,
-                    id.to_string(),
-                ))
-            }
-            _ => Err(format!("rank 0 answered {reply:?}, not a grow id")),
-        }
-    }
-
-    /// From now on a thread files the coordinator's messages in the inbox.
-    fn listen(reader: BufReader<TcpStream>) -> Result<Client, String> {
-        reader
-            .get_ref()
-            .set_read_timeout(None)
-            .map_err(|e| e.to_string())?;
-        let inbox: Shared<Inbox> = Arc::default();
-        let shared = Arc::clone(&inbox);
-        std::thread::spawn(move || {
-            for line in reader.lines().map_while(Result::ok) {
-                let (lock, changed) = &*shared;
-                let Ok(mut inbox) = lock.lock() else { return };
-                match line.split_whitespace().collect::<Vec<_>>()[..] {
-                    ["DEAD", list] => {
-                        inbox.dead = list.split(',').filter_map(|r| r.parse().ok()).collect()
-                    }
-                    ["GROW", size] => inbox.grow = size.parse().ok(),
-                    _ => eprintln!("unexpected message from rank 0: {line:?}"),
-                }
-                changed.notify_all();
-            }
-            // Rank 0 closed the connection: it finished, or died (which this design does not survive:
-            // the next collective then times out with nobody known dead, and the rank stops).
-        });
-        Ok(Client { inbox })
-    }
-
-    pub fn dead(&self) -> Vec<usize> {
-        self.inbox
-            .0
-            .lock()
-            .map(|i| i.dead.clone())
-            .unwrap_or_default()
-    }
-
-    /// Waits (up to `timeout`) for `GROW`: the grown size.
-    pub fn wait_grow(&self, timeout: Duration) -> Result<usize, String> {
-        let (lock, changed) = &*self.inbox;
-        let inbox = lock.lock().map_err(|_| "poisoned")?;
-        let (mut inbox, _) = changed
-            .wait_timeout_while(inbox, timeout, |i| i.grow.is_none())
-            .map_err(|_| "poisoned")?;
-        inbox
-            .grow
-            .take()
-            .ok_or(format!("rank 0 sent no GROW within {timeout:?}"))
-    }
-}
-
-/// Either side, for the rank loop.
+/// Either side, for the rank's life.
 pub enum Membership {
     Coordinator(Coordinator),
     Member(Client),
 }
 
 impl Membership {
-    /// The current ranks that died, as far as the rendezvous knows.
-    pub fn dead(&self) -> Vec<usize> {
+    /// Why the communicator of generation `gen` must be given up on, once the rendezvous says so.
+    pub fn lost(&self, gen: u64) -> Option<String> {
         match self {
-            Membership::Coordinator(c) => c.dead(),
-            Membership::Member(m) => m.dead(),
+            Membership::Coordinator(c) => c.lost(gen),
+            Membership::Member(m) => m.lost(gen),
         }
     }
 
-    /// After the shrink: ranks are renumbered, the dead forgotten.
-    pub fn forget_dead(&self) {
+    /// This rank gave up on generation `gen` and holds it as `held`: the plan every survivor follows
+    /// (rank 0 makes it within `bounds.report`, with `new_id` for a new communicator; the others wait
+    /// for it up to `bounds.plan`).
+    pub fn recover(
+        &self,
+        gen: u64,
+        held: Held,
+        bounds: &Bounds,
+        new_id: NewId,
+    ) -> Result<Plan, String> {
         match self {
-            Membership::Coordinator(c) => c.forget_dead(),
-            Membership::Member(m) => {
-                if let Ok(mut inbox) = m.inbox.0.lock() {
-                    inbox.dead.clear();
-                }
-            }
+            Membership::Coordinator(c) => c.recover(gen, held, bounds.report, new_id),
+            Membership::Member(m) => m.recover(gen, held, bounds.plan),
+        }
+    }
+
+    /// On generation `gen` below full size: the grow (rank 0 waits up to `timeout` for replacements and
+    /// makes the grow id with `grow_id`), or the news that `gen` was lost meanwhile.
+    pub fn await_grow(&self, gen: u64, timeout: Duration, grow_id: NewId) -> Result<Order, String> {
+        match self {
+            Membership::Coordinator(c) => c.await_grow(gen, timeout, grow_id),
+            Membership::Member(m) => m.await_grow(gen, timeout),
+        }
+    }
+
+    /// The rank is done: a member says so, rank 0 waits (up to `timeout`) for the others to.
+    pub fn finish(&self, timeout: Duration) -> Result<(), String> {
+        match self {
+            Membership::Coordinator(c) => c.finish(timeout),
+            Membership::Member(m) => m.finish(),
         }
     }
 }
 
-fn join(ranks: &[usize]) -> String {
-    ranks
-        .iter()
-        .map(usize::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
+/// How long each step of a recovery may take, from the example's `--deadline` D. A member gives up on a
+/// lost collective within D of the rendezvous's news (its revoke's quiescence wait), so rank 0 waits
+/// `report` = 2D + 1 s for reports before it treats the silent as dead; a member waits for the plan
+/// `plan` = 4D + 2 s (rank 0's own give-up, up to 2D, then its report wait); making the next
+/// communicator (shrink, init, grow) may take `setup` = 4D.
+#[derive(Clone, Copy, Debug)]
+pub struct Bounds {
+    pub report: Duration,
+    pub plan: Duration,
+    pub setup: Duration,
+}
+
+impl Bounds {
+    pub fn new(deadline: Duration) -> Bounds {
+        let second = Duration::from_secs(1);
+        Bounds {
+            report: 2 * deadline + second,
+            plan: 4 * deadline + 2 * second,
+            setup: 4 * deadline,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The agreement over TCP on loopback, with threads for ranks: no GPU, no NCCL.
+
+    use super::*;
+    use crate::client;
+    use crate::protocol::How;
+
+    const T: Duration = Duration::from_secs(10);
+
+    fn bounds(deadline_ms: u64) -> Bounds {
+        Bounds::new(Duration::from_millis(deadline_ms))
+    }
+
+    /// A coordinator on a free port and `world - 1` members connected to it.
+    fn world(world: usize) -> (Coordinator, Vec<Client>, String) {
+        let coordinator = Coordinator::listen("127.0.0.1:0", world, "f00d").expect("listens");
+        let master = format!("127.0.0.1:{}", coordinator.port());
+        let members: Vec<Client> = (1..world)
+            .map(|rank| {
+                let (client, id) = Client::hello(&master, rank, T).expect("hello");
+                assert_eq!(id, "f00d");
+                client
+            })
+            .collect();
+        coordinator.wait_members(T).expect("every rank connects");
+        (coordinator, members, master)
+    }
+
+    fn no_id() -> Result<String, String> {
+        Err("no new id expected".into())
+    }
+
+    /// Rank 0 (holding `own`) and `members` (holding `held`, each in a thread of its own) recover
+    /// generation `gen` together: rank 0's plan, then the members' plans in rank order.
+    fn recover_all(
+        c: &Coordinator,
+        (gen, own): (u64, Held),
+        members: &[Client],
+        held: &[Held],
+        b: Bounds,
+        new_id: NewId,
+    ) -> (Result<Plan, String>, Vec<Result<Plan, String>>) {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = members
+                .iter()
+                .zip(held)
+                .map(|(m, &h)| s.spawn(move || m.recover(gen, h, b.plan)))
+                .collect();
+            let own = c.recover(gen, own, b.report, new_id);
+            let theirs = handles
+                .into_iter()
+                .map(|h| h.join().expect("no panic"))
+                .collect();
+            (own, theirs)
+        })
+    }
+
+    fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+        let deadline = Instant::now() + T;
+        loop {
+            if let Some(v) = f() {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_death_is_news_to_all_and_the_survivors_agree_to_shrink_without_it() {
+        let (c, mut members, _) = world(4);
+        assert_eq!(c.lost(0), None);
+        let dead = members.remove(1); // rank 2
+        drop(dead);
+        for m in &members {
+            let why = wait_for("every survivor hears of it", || m.lost(0));
+            assert!(why.contains("rank 2 of generation 0 died"), "{why}");
+            assert_eq!(m.lost(1), None, "only generation 0 is lost");
+        }
+        assert!(c.lost(0).is_some());
+        let b = bounds(200);
+        let (own, theirs) = recover_all(
+            &c,
+            (0, Held::Revoked),
+            &members,
+            &[Held::Revoked; 2],
+            b,
+            &mut no_id,
+        );
+        let shrink = How::Shrink { exclude: vec![2] };
+        let plan = |rank| Plan {
+            gen: 1,
+            rank,
+            size: 3,
+            how: shrink.clone(),
+        };
+        assert_eq!(own, Ok(plan(0)));
+        assert_eq!(
+            theirs,
+            vec![Ok(plan(1)), Ok(plan(2))],
+            "ranks 1 and 3 become 1 and 2"
+        );
+        // The new generation is not lost.
+        assert_eq!(c.lost(1), None);
+        assert!(members.iter().all(|m| m.lost(1).is_none()));
+    }
+
+    #[test]
+    fn one_aborted_survivor_makes_all_of_them_init_from_one_new_id() {
+        let (c, mut members, _) = world(3);
+        drop(members.pop()); // rank 2
+        let b = bounds(200);
+        let mut ids = 0;
+        let mut new_id = || {
+            ids += 1;
+            Ok("beef".to_string())
+        };
+        // Rank 1 heard of the death from NCCL first: its communicator was aborted.
+        let (own, theirs) = recover_all(
+            &c,
+            (0, Held::Revoked),
+            &members,
+            &[Held::Aborted],
+            b,
+            &mut new_id,
+        );
+        assert_eq!(ids, 1, "one id for all");
+        let init = How::Init { id: "beef".into() };
+        assert_eq!(
+            own,
+            Ok(Plan {
+                gen: 1,
+                rank: 0,
+                size: 2,
+                how: init.clone()
+            })
+        );
+        assert_eq!(
+            theirs,
+            vec![Ok(Plan {
+                gen: 1,
+                rank: 1,
+                size: 2,
+                how: init
+            })]
+        );
+    }
+
+    #[test]
+    fn a_survivor_silent_past_the_report_bound_is_treated_as_dead_and_told() {
+        let (c, mut members, _) = world(4);
+        drop(members.remove(0)); // rank 1 dies
+        let b = bounds(100); // report bound: 1.2 s
+        let start = Instant::now();
+        // Rank 2 reports; rank 3 never does (hung in a call, say).
+        let (own, theirs) = recover_all(
+            &c,
+            (0, Held::Revoked),
+            &members[..1],
+            &[Held::Revoked],
+            b,
+            &mut no_id,
+        );
+        let took = start.elapsed();
+        assert!(
+            took >= b.report && took < b.report + Duration::from_secs(2),
+            "{took:?}"
+        );
+        let shrink = How::Shrink {
+            exclude: vec![1, 3],
+        };
+        assert_eq!(own.map(|p| (p.size, p.how)), Ok((2, shrink.clone())));
+        assert_eq!(
+            theirs,
+            vec![Ok(Plan {
+                gen: 1,
+                rank: 1,
+                size: 2,
+                how: shrink
+            })]
+        );
+        // The silent one learns it was left out: its next wait ends with that, not a hang.
+        let why = wait_for("rank 3 is told", || members[1].lost(0));
+        assert!(
+            why.contains("left this rank out") && why.contains("treated as dead"),
+            "{why}"
+        );
+        let err = members[1]
+            .recover(0, Held::Revoked, T)
+            .expect_err("excluded");
+        assert!(err.contains("left this rank out"), "{err}");
+    }
+
+    #[test]
+    fn a_death_during_recovery_loses_the_new_generation_and_the_next_round_excludes_it() {
+        let (c, mut members, _) = world(4);
+        drop(members.remove(2)); // rank 3
+        let b = bounds(200);
+        let (own, _) = recover_all(
+            &c,
+            (0, Held::Revoked),
+            &members,
+            &[Held::Revoked; 2],
+            b,
+            &mut no_id,
+        );
+        assert_eq!(own.map(|p| p.gen), Ok(1));
+        // Rank 1 dies during the shrink to generation 1: generation 1 is lost, for everyone.
+        drop(members.remove(0));
+        let why = wait_for("the survivor hears of it", || members[0].lost(1));
+        assert!(why.contains("rank 1 of generation 1 died"), "{why}");
+        // The survivors' shrink was aborted: a new id this time, rank 1 of generation 1 left out.
+        let mut new_id = || Ok("cafe".to_string());
+        let (own, theirs) = recover_all(
+            &c,
+            (1, Held::Aborted),
+            &members,
+            &[Held::Aborted],
+            b,
+            &mut new_id,
+        );
+        let init = How::Init { id: "cafe".into() };
+        assert_eq!(
+            own.map(|p| (p.gen, p.size, p.how)),
+            Ok((2, 2, init.clone()))
+        );
+        assert_eq!(theirs[0].as_ref().map(|p| (p.rank, &p.how)), Ok((1, &init)));
+    }
+
+    #[test]
+    fn replacements_joining_at_once_restore_full_size_in_order() {
+        let (c, mut members, master) = world(4);
+        drop(members.remove(2)); // rank 3
+        drop(members.remove(0)); // rank 1
+        let b = bounds(200);
+        let (own, _) = recover_all(
+            &c,
+            (0, Held::Revoked),
+            &members,
+            &[Held::Revoked],
+            b,
+            &mut no_id,
+        );
+        assert_eq!(own.map(|p| p.size), Ok(2));
+        // Two replacements at once; rank 0 and the survivor wait for the grow.
+        let (order, member_order, joined) = std::thread::scope(|s| {
+            let joiners: Vec<_> = (0..2)
+                .map(|_| s.spawn(|| Client::join(&master, T).map(|(_, j)| (j.gen, j.rank, j.size))))
+                .collect();
+            let member = s.spawn(|| members[0].await_grow(1, T));
+            let order = c.await_grow(1, T, &mut || Ok("a11".to_string()));
+            let mut joined: Vec<_> = joiners
+                .into_iter()
+                .map(|j| j.join().expect("no panic").expect("joined"))
+                .collect();
+            joined.sort();
+            (order, member.join().expect("no panic"), joined)
+        });
+        let grow = Order::Grow { gen: 2, size: 4 };
+        assert_eq!(order, Ok(grow.clone()));
+        assert_eq!(member_order, Ok(grow));
+        assert_eq!(
+            joined,
+            vec![(2, 2, 4), (2, 3, 4)],
+            "ranks 2 and 3, after the survivors"
+        );
+    }
+
+    #[test]
+    fn a_death_while_waiting_for_replacements_is_a_recovery_not_a_hang() {
+        let (c, mut members, _) = world(3);
+        drop(members.remove(1)); // rank 2
+        let b = bounds(200);
+        let (own, _) = recover_all(
+            &c,
+            (0, Held::Revoked),
+            &members,
+            &[Held::Revoked],
+            b,
+            &mut no_id,
+        );
+        own.expect("plan");
+        let order = std::thread::scope(|s| {
+            let waiting = s.spawn(|| c.await_grow(1, T, &mut || Err("no grow expected".into())));
+            std::thread::sleep(Duration::from_millis(100));
+            drop(members.remove(0)); // rank 1 dies before any replacement comes
+            waiting.join().expect("no panic")
+        });
+        assert_eq!(order, Ok(Order::Recover { gen: 1 }));
+    }
+
+    #[test]
+    fn the_coordinators_death_ends_every_member_with_a_clear_error_at_once() {
+        let (c, members, _) = world(3);
+        c.crash();
+        for m in &members {
+            let why = wait_for("the member hears of it", || m.lost(0));
+            assert_eq!(why, client::COORDINATOR_GONE);
+            let start = Instant::now();
+            let err = m.recover(0, Held::Revoked, T).expect_err("no coordinator");
+            assert!(err.contains("rank 0 (the coordinator) is gone"), "{err}");
+            assert!(
+                err.contains("external store"),
+                "says what production does: {err}"
+            );
+            assert!(
+                start.elapsed() < Duration::from_secs(1),
+                "no wait for a dead coordinator"
+            );
+        }
+    }
+
+    #[test]
+    fn members_that_finished_are_no_deaths() {
+        let (c, members, _) = world(3);
+        for m in &members {
+            m.finish().expect("DONE");
+        }
+        drop(members);
+        c.finish(T).expect("every member said DONE");
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(c.lost(0), None, "a finished member's end is no death");
+    }
 }

@@ -153,12 +153,13 @@ impl Me {
     /// This rank's communicator over all ranks: blocking `ncclCommInitRank` on its device, with rank 0's
     /// unique id.
     pub fn join(&self) -> World {
-        self.join_id(self.share_id("world-id", 0))
+        self.join_id("world-id")
     }
 
-    /// [`Me::join`] with `id`: for a test that makes several communicators, each from an id shared
-    /// under a key of its own.
-    pub fn join_id(&self, id: NcclUniqueId) -> World {
+    /// [`Me::join`] with the unique id shared under `key`: a second communicator over all ranks needs
+    /// an id (and a key) of its own.
+    pub fn join_id(&self, key: &str) -> World {
+        let id = self.share_id(key, 0);
         cuda::use_device(self.device, "join").expect("use_device");
         let mut comm: NcclComm = std::ptr::null_mut();
         // SAFETY: writes one handle; rank `rank` of `nranks` on the current device.
@@ -175,15 +176,16 @@ impl Me {
     /// [`Me::join`] with `ncclCommInitRankConfig` and `config`; a non-blocking config is polled until
     /// ready (bounded). Returns what the init call returned too (`ncclInProgress` when non-blocking).
     pub fn join_config(&self, config: NcclConfig) -> Result<(World, NcclResult), GpuError> {
-        self.join_config_id(self.share_id("world-id", 0), config)
+        self.join_config_id("world-id", config)
     }
 
-    /// [`Me::join_config`] with `id` (see [`Me::join_id`]).
+    /// [`Me::join_config`] with the unique id shared under `key` (see [`Me::join_id`]).
     pub fn join_config_id(
         &self,
-        id: NcclUniqueId,
+        key: &str,
         mut config: NcclConfig,
     ) -> Result<(World, NcclResult), GpuError> {
+        let id = self.share_id(key, 0);
         cuda::use_device(self.device, "join").expect("use_device");
         let blocking = config.blocking != 0;
         let mut comm: NcclComm = std::ptr::null_mut();

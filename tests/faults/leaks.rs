@@ -124,8 +124,7 @@ fn no_leak_communicators() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(24);
         let cycle = |i: usize| {
-            let id = me.share_id(&format!("cycle-{i}"), 0);
-            let mut summed = Summed::new(me.join_id(id), 1024);
+            let mut summed = Summed::new(me.join_id(&format!("cycle-{i}")), 1024);
             summed
                 .check_all_reduce(1000 + i as u64)
                 .unwrap_or_else(|e| panic!("cycle {i}: {e}"));

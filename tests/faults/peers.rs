@@ -547,8 +547,9 @@ fn abort_from_another_thread_unsticks_a_collective() {
         );
         let mut config = NcclConfig::default();
         config.blocking = 0;
-        let id = me.share_id("stuck-id", 0);
-        let (world, _) = me.join_config_id(id, config).expect("non-blocking init");
+        let (world, _) = me
+            .join_config_id("stuck-id", config)
+            .expect("non-blocking init");
         let mut summed = Summed::new(world, 1 << 20);
         summed
             .check_all_reduce(3)

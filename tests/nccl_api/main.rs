@@ -2,7 +2,8 @@
 //! `ncclCommInitRankScalable`, `ncclResetDebugInit` (every supported NCCL), `ncclCommRevoke` (2.28+),
 //! `ncclCommSuspend` / `ncclCommResume` / `ncclCommMemStats`, the one-sided `ncclPutSignal` /
 //! `ncclSignal` / `ncclWaitSignal` with `ncclWinGetUserPtr`, `ncclCommGetUniqueId` + `ncclCommGrow`
-//! (2.29+), and the elastic example (revoke, shrink, grow after a SIGKILL) five times in a row.
+//! (2.29+), and the elastic example (recovery from SIGKILLs at 2 to 8 ranks, during a recovery, and of
+//! the coordinator: `elastic.rs` says which runs and how to choose them).
 //!
 //! How they run: one process per rank, as in production (`metrale_gpu_testkit::ranks`): a test runs
 //! itself once per rank, `METRALE_TEST_RANKS` ranks (default 2) over however many GPUs the host has (one

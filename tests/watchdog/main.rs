@@ -1,17 +1,22 @@
 //! The deadline waits' logic, against fakes (the GPU suite runs them against real communicators): they
 //! return as soon as the work is done, give up within their bound on every communicator they wait for, never
-//! abort a handle NCCL refused, classify the error, and back off rather than spin.
+//! abort a handle NCCL refused or one given up on before, classify the error, and back off rather than spin.
+//! `comm_work.rs`: the crate's `CommWork` against NCCL (NULL) and a counting stand-in; `errors.rs`: what
+//! the errors say and hold.
+
+mod comm_work;
+mod errors;
 
 use std::time::{Duration, Instant};
 
 use metrale_gpu_sys::nccl::*;
-use metrale_gpu_sys::watchdog::{
-    self, GiveUp, Poll, WaitError, Watchdog, Watched, MAX_POLL_INTERVAL,
-};
+#[cfg(nccl_2_29)]
+use metrale_gpu_sys::watchdog::GiveUpError;
+use metrale_gpu_sys::watchdog::{GiveUp, Poll, WaitError, Watchdog, Watched, MAX_POLL_INTERVAL};
 
 /// Done after `polls_until_done` polls (never if `None`), or answering `answer` at the first poll.
 #[derive(Default)]
-struct Fake {
+pub struct Fake {
     polls: u32,
     polls_until_done: Option<u32>,
     answer: Option<Poll>,
@@ -23,22 +28,22 @@ struct Fake {
     revoked_polls_until_quiet: Option<u32>,
     #[cfg(nccl_2_29)]
     revoked_polls: u32,
-    /// What every poll after the revoke answers instead (a handle NCCL refuses meanwhile, say).
+    /// What every poll after the revoke answers instead (NCCL still reporting an error, say).
     #[cfg(nccl_2_29)]
-    revoked_answer: Option<Poll>,
+    revoked_answer: Option<GpuError>,
 }
 
 impl Fake {
-    fn done_after(polls: u32) -> Fake {
+    pub fn done_after(polls: u32) -> Fake {
         Fake {
             polls_until_done: Some(polls),
             ..Fake::default()
         }
     }
-    fn hanging() -> Fake {
+    pub fn hanging() -> Fake {
         Fake::default()
     }
-    fn answering(answer: Poll) -> Fake {
+    pub fn answering(answer: Poll) -> Fake {
         Fake {
             answer: Some(answer),
             ..Fake::default()
@@ -62,28 +67,57 @@ impl Watched for Fake {
         Ok(())
     }
     #[cfg(nccl_2_29)]
-    fn revoke(&mut self) -> Result<(), GpuError> {
+    fn revoke(&mut self) -> Result<(), GiveUpError> {
         self.revokes += 1;
         Ok(())
     }
     #[cfg(nccl_2_29)]
-    fn poll_revoked(&mut self) -> Poll {
+    fn poll_revoked(&mut self) -> Result<bool, GpuError> {
         self.revoked_polls += 1;
-        if let Some(answer) = &self.revoked_answer {
-            return answer.clone();
+        if let Some(error) = &self.revoked_answer {
+            return Err(error.clone());
         }
-        match self.revoked_polls_until_quiet {
-            Some(n) if self.revoked_polls >= n => Poll::Done,
-            _ => Poll::Running,
-        }
+        Ok(matches!(self.revoked_polls_until_quiet, Some(n) if self.revoked_polls >= n))
     }
 }
 
-fn nccl_error(code: NcclResult) -> GpuError {
+/// A Watched that only polls and aborts: `Watched::revoke`'s default.
+#[cfg(nccl_2_29)]
+struct NoRevoke(Fake);
+
+#[cfg(nccl_2_29)]
+impl Watched for NoRevoke {
+    fn poll(&mut self) -> Poll {
+        self.0.poll()
+    }
+    fn abort(&mut self) -> Result<(), GpuError> {
+        self.0.abort()
+    }
+}
+
+pub fn nccl_error(code: NcclResult) -> GpuError {
     check_nccl(code, "ncclCommGetAsyncError").expect_err("a failure code")
 }
 
-fn wait(fake: &mut Fake, timeout: Duration, context: &str) -> Result<(), WaitError> {
+/// Why a revoking wait aborted instead: `err` gave up by aborting, and says what made it.
+#[cfg(nccl_2_29)]
+pub fn why_aborted(err: &WaitError) -> &GiveUpError {
+    match err {
+        WaitError::Timeout {
+            gave_up: GiveUp::Abort,
+            abort_error: Some(why),
+            ..
+        }
+        | WaitError::Failed {
+            gave_up: GiveUp::Abort,
+            abort_error: Some(why),
+            ..
+        } => why,
+        _ => panic!("no abort with a reason: {err:?}"),
+    }
+}
+
+pub fn wait(fake: &mut Fake, timeout: Duration, context: &str) -> Result<(), WaitError> {
     Watchdog::abort_after(timeout).wait(&mut [fake], context)
 }
 
@@ -329,48 +363,78 @@ fn revoking_waits_for_quiescence_and_aborts_what_does_not_quiesce() {
         .expect_err("hangs");
     // The wait's deadline, then the quiescence deadline; 1 s of slack for a loaded machine.
     assert!(start.elapsed() < 2 * timeout + Duration::from_secs(1));
-    let WaitError::Timeout {
-        gave_up: GiveUp::Abort,
-        abort_error: Some(why),
-        ..
-    } = &err
-    else {
-        panic!("{err:?}")
-    };
-    assert!(why.to_string().contains("not quiescent"), "{why}");
+    assert!(err.is_timeout(), "{err:?}");
+    let why = why_aborted(&err);
+    // The watchdog's own finding, not an NCCL status (nor NCCL's unrelated last-error text).
+    assert!(
+        matches!(*why, GiveUpError::NotQuiescent { waited } if waited >= timeout),
+        "{why:?}"
+    );
+    assert!(
+        why.to_string()
+            .starts_with("revoked, but not quiescent after 0.0"),
+        "{why}"
+    );
     assert_eq!((quiet.aborts, stuck.aborts), (1, 1));
 
-    // One is refused while the others quiesce (freed meanwhile): the fallback abort leaves it alone.
-    let (mut quiet, mut refused) = (
+    // Quiescent, but NCCL still reports the error its proxy saw (a peer's sockets closed): NCCL refuses
+    // to shrink such a communicator, so every communicator of the wait is aborted, and the error says why.
+    let (mut quiet, mut failed) = (
         Fake {
             revoked_polls_until_quiet: Some(2),
             ..Fake::hanging()
         },
         Fake {
-            revoked_answer: Some(Poll::Refused(nccl_error(NcclResult::ncclInvalidArgument))),
-            ..Fake::hanging()
+            revoked_answer: Some(nccl_error(NcclResult::ncclRemoteError)),
+            ..Fake::answering(Poll::Failed(nccl_error(NcclResult::ncclRemoteError)))
         },
     );
-    let err = Watchdog::revoke_after(Duration::from_millis(20))
-        .wait(&mut [&mut quiet, &mut refused], "x")
-        .expect_err("hangs");
+    let err = Watchdog::revoke_after(Duration::from_secs(10))
+        .wait(&mut [&mut quiet, &mut failed], "x")
+        .expect_err("failed");
+    assert!(err.is_remote(), "{err:?}");
     assert!(
-        matches!(
-            err,
-            WaitError::Timeout {
-                gave_up: GiveUp::Abort,
-                abort_error: Some(_),
-                ..
-            }
-        ),
+        matches!(why_aborted(&err), GiveUpError::FailedAfterRevoke(GpuError::Nccl { code, .. }) if *code == NcclResult::ncclRemoteError),
         "{err:?}"
     );
-    assert_eq!((quiet.revokes, refused.revokes), (1, 1));
+    assert!(
+        err.to_string()
+            .contains("the communicator was aborted (giving up: revoked, but still failed"),
+        "{err}"
+    );
+    assert_eq!((quiet.revokes, failed.revokes), (1, 1));
+    assert_eq!((quiet.aborts, failed.aborts), (1, 1));
+}
+
+#[cfg(nccl_2_29)]
+#[test]
+fn revoking_leaves_alone_what_nccl_refused_and_aborts_what_cannot_revoke() {
+    // Item 0 fails, item 1 is refused in the same round: the revoke and the abort leave item 1 alone.
+    let (mut failing, mut refused) = (
+        Fake {
+            revoked_polls_until_quiet: Some(1),
+            ..Fake::answering(Poll::Failed(nccl_error(NcclResult::ncclRemoteError)))
+        },
+        Fake::answering(Poll::Refused(nccl_error(NcclResult::ncclInvalidArgument))),
+    );
+    let err = Watchdog::revoke_after(Duration::from_secs(10))
+        .wait(&mut [&mut failing, &mut refused], "x")
+        .expect_err("failed");
+    assert!(err.is_remote(), "{err:?}");
+    assert_eq!(err.gave_up(), Some(GiveUp::Revoke));
+    assert_eq!((failing.revokes, refused.revokes), (1, 0));
     assert_eq!(
-        (quiet.aborts, refused.aborts),
-        (1, 0),
+        refused.aborts, 0,
         "aborting a refused handle writes through it"
     );
+
+    // A Watched without revoke: aborted, and the reason is the watchdog's own, not an NCCL error.
+    let mut plain = NoRevoke(Fake::hanging());
+    let err = Watchdog::revoke_after(Duration::from_millis(20))
+        .wait(&mut [&mut plain], "x")
+        .expect_err("hangs");
+    assert_eq!(why_aborted(&err), &GiveUpError::CannotRevoke);
+    assert_eq!(plain.0.aborts, 1);
 }
 
 #[test]
@@ -387,62 +451,73 @@ fn a_wait_error_is_a_gpu_error() {
 }
 
 #[test]
-fn a_null_communicator_is_refused_not_aborted() {
-    // SAFETY: NCCL checks the handle: NULL is reported as an invalid argument (and nothing is aborted).
-    let err = unsafe { watchdog::wait_comm_ready(std::ptr::null_mut(), Duration::from_secs(5)) }
-        .expect_err("NULL is no communicator");
-    let WaitError::Refused { error, .. } = &err else {
-        panic!("{err}")
+fn the_callers_own_news_cancels_the_wait_without_dressing_as_nccl() {
+    let mut fake = Fake::answering(Poll::Cancel("the rendezvous: rank 3 died".into()));
+    let err = wait(&mut fake, Duration::from_secs(10), "all-reduce 12").expect_err("cancelled");
+    let WaitError::Cancelled {
+        context,
+        reason,
+        gave_up: GiveUp::Abort,
+        abort_error: None,
+    } = &err
+    else {
+        panic!("{err:?}")
     };
-    let GpuError::Nccl { code, text, .. } = &**error else {
-        panic!("{err}")
-    };
-    assert_eq!(*code, NcclResult::ncclInvalidArgument, "{err}");
-    assert!(text.contains("invalid argument"), "{err}");
-}
-
-/// A `Watched` of one's own around the crate's `CommWork`: it fails the wait on its own news (here a
-/// flag; in the elastic example the rendezvous's dead ranks) and hands polls and give-ups to `CommWork`.
-struct Composed {
-    work: watchdog::CommWork,
-    news: Option<GpuError>,
-    aborts: u32,
-}
-
-impl Watched for Composed {
-    fn poll(&mut self) -> Poll {
-        match self.work.poll() {
-            Poll::Running => self.news.clone().map_or(Poll::Running, Poll::Failed),
-            other => other,
-        }
-    }
-    fn abort(&mut self) -> Result<(), GpuError> {
-        self.aborts += 1;
-        self.work.abort()
-    }
-    #[cfg(nccl_2_29)]
-    fn revoke(&mut self) -> Result<(), GpuError> {
-        self.work.revoke()
-    }
-    #[cfg(nccl_2_29)]
-    fn poll_revoked(&mut self) -> Poll {
-        self.work.poll_revoked()
-    }
+    assert_eq!(
+        (context.as_str(), reason.as_str()),
+        ("all-reduce 12", "the rendezvous: rank 3 died")
+    );
+    assert!(!err.is_remote() && !err.is_timeout(), "{err}");
+    assert_eq!(fake.aborts, 1);
+    assert_eq!(
+        err.to_string(),
+        "all-reduce 12: given up: the rendezvous: rank 3 died; the communicator was aborted"
+    );
+    // Nothing underneath: the reason is the caller's, with no NCCL code or NCCL text attached.
+    assert!(std::error::Error::source(&err).is_none());
 }
 
 #[test]
-fn comm_work_composes_into_a_watched_of_ones_own() {
-    // SAFETY: NULL is no communicator: NCCL refuses it (ncclInvalidArgument) and it is never aborted.
-    let work = unsafe { watchdog::CommWork::new(std::ptr::null_mut(), None) };
-    let mut composed = Composed {
-        work,
-        news: Some(nccl_error(NcclResult::ncclRemoteError)),
-        aborts: 0,
-    };
-    // The communicator's own answer comes first: NCCL refuses NULL, so nothing is given up on.
-    let err = Watchdog::abort_after(Duration::from_secs(5))
-        .wait(&mut [&mut composed], "composed")
-        .expect_err("NULL is no communicator");
-    assert!(matches!(err, WaitError::Refused { .. }), "{err:?}");
-    assert_eq!(composed.aborts, 0);
+fn work_given_up_on_before_is_never_touched_again() {
+    let mut gone = Fake::answering(Poll::Abandoned);
+    let start = Instant::now();
+    let err = wait(&mut gone, Duration::from_secs(10), "x").expect_err("abandoned");
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "it returns at once"
+    );
+    assert!(
+        matches!(
+            err,
+            WaitError::Abandoned {
+                others: None,
+                abort_error: None,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!((gone.polls, gone.aborts), (1, 0));
+    assert!(
+        err.to_string().contains("nothing was called on it"),
+        "{err}"
+    );
+    // The check of a failed call on it gives up on nothing either.
+    let err = Watchdog::abort_after(Duration::from_secs(10))
+        .check_on(NcclResult::ncclInvalidUsage, &mut gone, "ncclAllReduce")
+        .expect_err("abandoned");
+    assert!(matches!(err, WaitError::Abandoned { .. }), "{err:?}");
+    assert_eq!(gone.aborts, 0);
+    // Beside others: they are given up on, it is not.
+    let (mut gone, mut other) = (Fake::answering(Poll::Abandoned), Fake::hanging());
+    let err = Watchdog::abort_after(Duration::from_secs(10))
+        .wait(&mut [&mut other, &mut gone], "x")
+        .expect_err("abandoned");
+    assert_eq!(err.gave_up(), Some(GiveUp::Abort));
+    assert!(
+        err.to_string()
+            .ends_with("nothing was called on it; the wait's other communicators were aborted"),
+        "{err}"
+    );
+    assert_eq!((gone.aborts, other.aborts), (0, 1));
 }

@@ -1,0 +1,299 @@
+//! The rendezvous's messages: one line of text each, what they mean, how they are written and read.
+//!
+//! Every communicator the ranks make is a generation, numbered from 0 (the first world); each recovery
+//! and each grow makes the next one. Member to coordinator:
+//! - `HELLO <rank>`: a rank of the first world; `JOIN`: a replacement, waiting for the next grow;
+//! - `LOST <gen> revoked|aborted`: this rank gave up on generation `gen` and holds it revoked (it can be
+//!   shrunk) or aborted (it cannot: NCCL reported an error, or the revoke did not end cleanly);
+//! - `DONE`: this rank finished; the end of its connection is no death.
+//!
+//! Coordinator to member:
+//! - `ID <hex>`: the first unique id (the answer to `HELLO`);
+//! - `RECOVER <gen> <why>`: generation `gen` is lost: give up on it and say how you hold it;
+//! - `SHRINK <gen> <rank> <size> <r>,<r>…`: the plan: shrink the lost generation without those ranks,
+//!   becoming `rank` of `size` in generation `gen`;
+//! - `INIT <gen> <rank> <size> <hex>`: the plan: make generation `gen` from this new unique id;
+//! - `GROW <gen> <size>` (a member) and `GROWID <gen> <rank> <size> <hex>` (a replacement): grow to
+//!   `size` ranks;
+//! - `EXCLUDED <why>`: this rank did not report in time and was left out (its connection then closes).
+
+use std::fmt;
+
+/// How a rank holds the communicator it gave up on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// Revoked and quiescent with no error: it can be shrunk.
+    Revoked,
+    /// Aborted: only a new communicator (a new unique id) can replace it.
+    Aborted,
+}
+
+/// How the next generation is made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum How {
+    /// `ncclCommShrink` of the lost generation without these ranks (its ranks).
+    Shrink { exclude: Vec<usize> },
+    /// `ncclCommInitRankConfig` from this unique id (hex).
+    Init { id: String },
+}
+
+/// What every survivor of a lost generation does next, and who it will be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub gen: u64,
+    pub rank: usize,
+    pub size: usize,
+    pub how: How,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    Hello {
+        rank: usize,
+    },
+    Join,
+    Lost {
+        gen: u64,
+        held: Held,
+    },
+    Done,
+    Id {
+        id: String,
+    },
+    Recover {
+        gen: u64,
+        why: String,
+    },
+    Plan(Plan),
+    Grow {
+        gen: u64,
+        size: usize,
+    },
+    GrowId {
+        gen: u64,
+        rank: usize,
+        size: usize,
+        id: String,
+    },
+    Excluded {
+        why: String,
+    },
+}
+
+/// Ranks as `1,3,4`.
+pub fn rank_list(ranks: &[usize]) -> String {
+    ranks
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl fmt::Display for Message {
+    /// The message's line, without its newline; free text has its line breaks turned into spaces.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = |s: &str| s.replace(['\n', '\r'], " ");
+        match self {
+            Message::Hello { rank } => write!(f, "HELLO {rank}"),
+            Message::Join => write!(f, "JOIN"),
+            Message::Lost { gen, held } => {
+                let held = match held {
+                    Held::Revoked => "revoked",
+                    Held::Aborted => "aborted",
+                };
+                write!(f, "LOST {gen} {held}")
+            }
+            Message::Done => write!(f, "DONE"),
+            Message::Id { id } => write!(f, "ID {id}"),
+            Message::Recover { gen, why } => write!(f, "RECOVER {gen} {}", text(why)),
+            Message::Plan(Plan {
+                gen,
+                rank,
+                size,
+                how,
+            }) => match how {
+                How::Shrink { exclude } => {
+                    write!(f, "SHRINK {gen} {rank} {size} {}", rank_list(exclude))
+                }
+                How::Init { id } => write!(f, "INIT {gen} {rank} {size} {id}"),
+            },
+            Message::Grow { gen, size } => write!(f, "GROW {gen} {size}"),
+            Message::GrowId {
+                gen,
+                rank,
+                size,
+                id,
+            } => write!(f, "GROWID {gen} {rank} {size} {id}"),
+            Message::Excluded { why } => write!(f, "EXCLUDED {}", text(why)),
+        }
+    }
+}
+
+impl Message {
+    /// Reads one line (its newline may be there); an error naming the line for anything else.
+    pub fn parse(line: &str) -> Result<Message, String> {
+        let line = line.trim_end_matches(['\n', '\r']);
+        let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+        let bad = || format!("not a rendezvous message: {line:?}");
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let num = |i: usize| -> Result<u64, String> {
+            fields.get(i).and_then(|s| s.parse().ok()).ok_or_else(bad)
+        };
+        let count = |i: usize| num(i).map(|n| n as usize);
+        let token = |i: usize| fields.get(i).map(|s| s.to_string()).ok_or_else(bad);
+        let exactly = |n: usize, m: Message| match fields.len() == n {
+            true => Ok(m),
+            false => Err(bad()),
+        };
+        // Free text after the first `n` fields.
+        let tail = |n: usize| rest.splitn(n + 1, ' ').nth(n).unwrap_or("").to_string();
+        match word {
+            "HELLO" => exactly(1, Message::Hello { rank: count(0)? }),
+            "JOIN" => exactly(0, Message::Join),
+            "LOST" => {
+                let held = match token(1)?.as_str() {
+                    "revoked" => Held::Revoked,
+                    "aborted" => Held::Aborted,
+                    _ => return Err(bad()),
+                };
+                exactly(2, Message::Lost { gen: num(0)?, held })
+            }
+            "DONE" => exactly(0, Message::Done),
+            "ID" => exactly(1, Message::Id { id: token(0)? }),
+            "RECOVER" => Ok(Message::Recover {
+                gen: num(0)?,
+                why: tail(1),
+            }),
+            "SHRINK" | "INIT" => {
+                let how = match word {
+                    "SHRINK" => How::Shrink {
+                        exclude: token(3)?
+                            .split(',')
+                            .map(|r| r.parse().map_err(|_| bad()))
+                            .collect::<Result<_, _>>()?,
+                    },
+                    _ => How::Init { id: token(3)? },
+                };
+                let plan = Plan {
+                    gen: num(0)?,
+                    rank: count(1)?,
+                    size: count(2)?,
+                    how,
+                };
+                exactly(4, Message::Plan(plan))
+            }
+            "GROW" => exactly(
+                2,
+                Message::Grow {
+                    gen: num(0)?,
+                    size: count(1)?,
+                },
+            ),
+            "GROWID" => exactly(
+                4,
+                Message::GrowId {
+                    gen: num(0)?,
+                    rank: count(1)?,
+                    size: count(2)?,
+                    id: token(3)?,
+                },
+            ),
+            "EXCLUDED" => Ok(Message::Excluded { why: tail(0) }),
+            _ => Err(bad()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_message_reads_back_as_written() {
+        let plan = |how| {
+            Message::Plan(Plan {
+                gen: 3,
+                rank: 1,
+                size: 5,
+                how,
+            })
+        };
+        let all = [
+            (Message::Hello { rank: 7 }, "HELLO 7"),
+            (Message::Join, "JOIN"),
+            (
+                Message::Lost {
+                    gen: 2,
+                    held: Held::Revoked,
+                },
+                "LOST 2 revoked",
+            ),
+            (
+                Message::Lost {
+                    gen: 0,
+                    held: Held::Aborted,
+                },
+                "LOST 0 aborted",
+            ),
+            (Message::Done, "DONE"),
+            (Message::Id { id: "00ff".into() }, "ID 00ff"),
+            (
+                Message::Recover {
+                    gen: 4,
+                    why: "ranks 1,3 died".into(),
+                },
+                "RECOVER 4 ranks 1,3 died",
+            ),
+            (
+                plan(How::Shrink {
+                    exclude: vec![0, 2, 9],
+                }),
+                "SHRINK 3 1 5 0,2,9",
+            ),
+            (plan(How::Init { id: "abcd".into() }), "INIT 3 1 5 abcd"),
+            (Message::Grow { gen: 5, size: 8 }, "GROW 5 8"),
+            (
+                Message::GrowId {
+                    gen: 5,
+                    rank: 6,
+                    size: 8,
+                    id: "12".into(),
+                },
+                "GROWID 5 6 8 12",
+            ),
+            (
+                Message::Excluded {
+                    why: "no report within 10 s".into(),
+                },
+                "EXCLUDED no report within 10 s",
+            ),
+        ];
+        for (message, line) in all {
+            assert_eq!(message.to_string(), line);
+            assert_eq!(Message::parse(&format!("{line}\n")), Ok(message), "{line}");
+        }
+    }
+
+    #[test]
+    fn free_text_stays_on_its_line_and_garbage_is_an_error() {
+        let m = Message::Recover {
+            gen: 1,
+            why: "a\nb".into(),
+        };
+        assert_eq!(m.to_string(), "RECOVER 1 a b");
+        for line in [
+            "",
+            "HELLO",
+            "HELLO x",
+            "HELLO 1 2",
+            "LOST 1 maybe",
+            "SHRINK 1 0 3",
+            "SHRINK 1 0 3 1,x",
+            "GROW 1",
+            "WHAT 1",
+        ] {
+            let err = Message::parse(line).expect_err(line);
+            assert!(err.contains("not a rendezvous message"), "{line}: {err}");
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! The crate's `CommWork`: against NCCL itself with NULL (which NCCL refuses), and against a stand-in for
+//! the three calls it makes (`counting_nccl.c`, preloaded in a child process), which counts every call
+//! made with the handle after its abort: none may be.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use metrale_gpu_sys::nccl::*;
+#[cfg(nccl_2_29)]
+use metrale_gpu_sys::watchdog::GiveUpError;
+use metrale_gpu_sys::watchdog::{self, CommWork, GiveUp, Poll, WaitError, Watchdog, Watched};
+
+#[test]
+fn a_null_communicator_is_refused_not_aborted_and_then_never_touched() {
+    // SAFETY: NCCL checks the handle: NULL is reported as an invalid argument (and nothing is aborted).
+    let err = unsafe { watchdog::wait_comm_ready(std::ptr::null_mut(), Duration::from_secs(5)) }
+        .expect_err("NULL is no communicator");
+    let WaitError::Refused { error, .. } = &err else {
+        panic!("{err}")
+    };
+    let GpuError::Nccl { code, text, .. } = &**error else {
+        panic!("{err}")
+    };
+    assert_eq!(*code, NcclResult::ncclInvalidArgument, "{err}");
+    assert!(text.contains("invalid argument"), "{err}");
+    // The text claims no more than NCCL's check shows.
+    assert!(
+        err.to_string()
+            .contains("it is NULL or not a communicator NCCL recognises; it was not aborted"),
+        "{err}"
+    );
+
+    // SAFETY: NULL, which NCCL refuses; the CommWork then forgets it.
+    let mut work = unsafe { CommWork::new(std::ptr::null_mut(), None) };
+    let dog = Watchdog::abort_after(Duration::from_secs(5));
+    let err = dog.wait(&mut [&mut work], "first").expect_err("refused");
+    assert!(matches!(err, WaitError::Refused { .. }), "{err:?}");
+    assert!(work.is_abandoned());
+    let err = dog.wait(&mut [&mut work], "second").expect_err("forgotten");
+    assert!(matches!(err, WaitError::Abandoned { .. }), "{err:?}");
+    assert_eq!(work.abort(), Ok(()), "an abort of nothing does nothing");
+}
+
+/// A `Watched` of one's own around the crate's `CommWork`: it fails the wait on its own news (here a
+/// flag; in the elastic example the rendezvous's dead ranks) and hands polls and give-ups to `CommWork`.
+struct Composed {
+    work: CommWork,
+    news: Option<String>,
+    aborts: u32,
+}
+
+impl Watched for Composed {
+    fn poll(&mut self) -> Poll {
+        match self.work.poll() {
+            Poll::Running => self.news.clone().map_or(Poll::Running, Poll::Cancel),
+            other => other,
+        }
+    }
+    fn abort(&mut self) -> Result<(), GpuError> {
+        self.aborts += 1;
+        self.work.abort()
+    }
+    #[cfg(nccl_2_29)]
+    fn revoke(&mut self) -> Result<(), GiveUpError> {
+        self.work.revoke()
+    }
+    #[cfg(nccl_2_29)]
+    fn poll_revoked(&mut self) -> Result<bool, GpuError> {
+        self.work.poll_revoked()
+    }
+}
+
+#[test]
+fn comm_work_composes_into_a_watched_of_ones_own() {
+    // SAFETY: NULL is no communicator: NCCL refuses it (ncclInvalidArgument) and it is never aborted.
+    let work = unsafe { CommWork::new(std::ptr::null_mut(), None) };
+    let mut composed = Composed {
+        work,
+        news: Some("rank 1 died".into()),
+        aborts: 0,
+    };
+    // The communicator's own answer comes first: NCCL refuses NULL, so nothing is given up on.
+    let err = Watchdog::abort_after(Duration::from_secs(5))
+        .wait(&mut [&mut composed], "composed")
+        .expect_err("NULL is no communicator");
+    assert!(matches!(err, WaitError::Refused { .. }), "{err:?}");
+    assert_eq!(composed.aborts, 0);
+}
+
+/// Set in the child: the case it runs against the counting stand-in.
+const CHILD: &str = "METRALE_COUNTING_NCCL_CASE";
+
+/// Builds `counting_nccl.c` with nccl.h's codes from the bindings and runs `case` in a child that
+/// preloads it; `None` in that child (where the case then runs), else whether the child ran it.
+fn in_counting_child(case: &str) -> Option<bool> {
+    if std::env::var(CHILD).as_deref() == Ok(case) {
+        return None;
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("counting-nccl-{case}"));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let lib = dir.join("libcounting_nccl.so");
+    let source = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/watchdog/counting_nccl.c"
+    );
+    let code = |name: &str, code: NcclResult| format!("-D{name}={}", code.0);
+    let built = Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wall", "-Werror", "-o"])
+        .arg(&lib)
+        .arg(source)
+        .arg(code("NCCL_SUCCESS", NcclResult::ncclSuccess))
+        .arg(code(
+            "NCCL_INVALID_ARGUMENT",
+            NcclResult::ncclInvalidArgument,
+        ))
+        .arg(code("NCCL_IN_PROGRESS", NcclResult::ncclInProgress))
+        .status()
+        .expect("cc runs (apt-get install gcc)");
+    assert!(built.success(), "cc failed to build the counting stand-in");
+    // The harness names a test by its path below the crate: this module's, then the case.
+    let name = format!("comm_work::{case}");
+    let out = Command::new(std::env::current_exe().expect("this test binary"))
+        .args([name.as_str(), "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, case)
+        .env("LD_PRELOAD", &lib)
+        .output();
+    // A cross-built binary under qemu-user cannot start itself without the runner.
+    let out = match out {
+        Ok(out) => out,
+        Err(e) => {
+            println!(
+                "SKIP {case}: cannot start this test binary as a child ({e}): a cross-built one?"
+            );
+            return Some(false);
+        }
+    };
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "{case} failed in its child:\n{text}"
+    );
+    let ran = !text.contains("SKIP");
+    if !ran {
+        println!("SKIP {case}: the child could not preload the stand-in (a cross-built binary?):\n{text}");
+    }
+    Some(ran)
+}
+
+/// The stand-in's counter `name`, if the stand-in is what this process calls.
+fn counter(name: &std::ffi::CStr) -> Option<extern "C" fn() -> i32> {
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only looks a symbol up.
+    let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    // SAFETY: the stand-in defines these names as `int name(void)`.
+    (!symbol.is_null()).then(|| unsafe {
+        std::mem::transmute::<*mut libc::c_void, extern "C" fn() -> i32>(symbol)
+    })
+}
+
+/// Every safe way to reach an aborted `CommWork` again, each followed by the count of calls the
+/// stand-in saw with the handle after its abort: all must leave it at 0, and the watchdog says what
+/// became of the communicator without asking NCCL.
+fn reuse_after_abort(work: &mut CommWork, after_abort: extern "C" fn() -> i32) {
+    assert!(work.is_abandoned(), "the abort forgot the handle");
+    let dog = Watchdog::abort_after(Duration::from_millis(50));
+    let start = Instant::now();
+    let err = dog
+        .wait(&mut [&mut *work], "a second wait")
+        .expect_err("abandoned");
+    assert!(matches!(err, WaitError::Abandoned { .. }), "{err:?}");
+    assert!(start.elapsed() < Duration::from_millis(50), "no poll loop");
+    assert_eq!(work.abort(), Ok(()));
+    for status in [NcclResult::ncclInProgress, NcclResult::ncclInvalidUsage] {
+        let err = dog
+            .check_on(status, &mut *work, "a check")
+            .expect_err("abandoned");
+        assert!(matches!(err, WaitError::Abandoned { .. }), "{err:?}");
+    }
+    #[cfg(nccl_2_29)]
+    {
+        assert_eq!(work.revoke(), Err(GiveUpError::CannotRevoke));
+        let err = Watchdog::revoke_after(Duration::from_millis(50))
+            .wait(&mut [&mut *work], "a revoking wait")
+            .expect_err("abandoned");
+        assert!(matches!(err, WaitError::Abandoned { .. }), "{err:?}");
+    }
+    assert_eq!(
+        after_abort(),
+        0,
+        "calls reached NCCL with the aborted handle"
+    );
+}
+
+#[test]
+fn an_aborted_comm_work_never_calls_nccl_again() {
+    if in_counting_child("an_aborted_comm_work_never_calls_nccl_again").is_some() {
+        return;
+    }
+    let (Some(calls), Some(after_abort)) = (
+        counter(c"metrale_counting_calls"),
+        counter(c"metrale_counting_calls_after_abort"),
+    ) else {
+        println!("SKIP: the counting stand-in is not loaded: no fake handle is made");
+        return;
+    };
+    // Handles only the stand-in sees: they never leave ncclInProgress and are never dereferenced.
+    let fake = std::ptr::NonNull::<u8>::dangling().as_ptr().cast();
+    #[cfg(nccl_2_29)]
+    let other_fake = std::ptr::NonNull::<u64>::dangling().as_ptr().cast();
+
+    // Abort mode: the deadline passes, the watchdog aborts once.
+    // SAFETY: the stand-in answers for this handle and never dereferences it.
+    let mut work = unsafe { CommWork::new(fake, None) };
+    let err = Watchdog::abort_after(Duration::from_millis(50))
+        .wait(&mut [&mut work], "all-reduce")
+        .expect_err("never done");
+    assert!(
+        err.is_timeout() && err.gave_up() == Some(GiveUp::Abort),
+        "{err:?}"
+    );
+    assert!(calls() > 1, "the wait polled the stand-in");
+    reuse_after_abort(&mut work, after_abort);
+
+    // Revoke mode: revoked, never quiescent, then aborted: forgotten just the same.
+    #[cfg(nccl_2_29)]
+    {
+        // SAFETY: as above.
+        let mut work = unsafe { CommWork::new(other_fake, None) };
+        let err = Watchdog::revoke_after(Duration::from_millis(20))
+            .wait(&mut [&mut work], "all-reduce")
+            .expect_err("never done");
+        let why = crate::why_aborted(&err);
+        assert!(matches!(why, GiveUpError::NotQuiescent { .. }), "{why:?}");
+        reuse_after_abort(&mut work, after_abort);
+    }
+}
