@@ -23,8 +23,10 @@
 #          and the peer-kill test; GPU_TESTS=<nextest filterset> picks some. The NCCL API suite's elastic
 #          test runs the staged examples/elastic (METRALE_ELASTIC_BIN). A test that prints
 #          "SKIP <test>: <why>" (it needs more GPUs in one process than this host has) is a SKIP row
-#   fixed  once: the tests of a fixed rank count (the GPU suite's fixed::, 300 MiB at 2 ranks, 16 ranks)
-#   kill   at each count: the peer-kill test FAULTS_KILL_REPS times (default 1), and once more with P2P and
+#   fixed  once: the tests of a fixed rank count (the GPU suite's fixed::, 300 MiB at 2 ranks, 16 ranks), and
+#          the fault suite's tests of one process (leaks of streams, events and NCCL memory; 32 threads)
+#   kill   at each count: the peer-kill test FAULTS_KILL_REPS times (default 1; each run kills a rank
+#          METRALE_FAULT_KILL_REPS times, default 10, a fresh job of every rank each time), and once more with P2P and
 #          SHM disabled where the host has 2 GPUs or more (on one GPU every rank is its own host: sockets
 #          already), with a watchdog of FAULTS_KILL_WATCHDOG_S (default 10; NCCL never notices a dead peer
 #          over P2P, so such a run lasts the whole deadline)
@@ -125,7 +127,7 @@ counts() {
     echo "${!var:-$ranks}"
 }
 
-fixed_tests='test(/^fixed::/)'
+fixed_tests='test(/^fixed::/) | test(=leaks::no_leak_streams_events_nccl_memory) | test(=leaks::many_threads_share_one_driver_and_helpers_work)'
 kill_test='test(=peers::peer_killed_mid_collective)'
 example_tests='test(/^multiprocess::multi_process_example/)'
 
