@@ -98,33 +98,30 @@ fn ring_rank(me: &Me) {
         sigIdx: 0,
         ctx: 0,
     };
-    // The put first, then the wait, on one stream: the put needs nothing of the peer. The first
-    // one-sided call of every rank sets NCCL's signal windows up, collectively.
-    world
-        .group("ncclPutSignal / ncclWaitSignal", |_| {
-            // SAFETY: the source slice lies in this rank's symmetric window and its destination inside
-            // the next one's (SRC/DST + COUNT floats < WINDOW); the descriptor outlives the call.
-            unsafe {
-                let put = ncclPutSignal(
-                    buf.at(SRC),
-                    COUNT,
-                    NcclDataType::ncclFloat32,
-                    next as i32,
-                    win,
-                    DST,
-                    0,
-                    0,
-                    0,
-                    comm,
-                    stream,
-                );
-                if put != NcclResult::ncclSuccess {
-                    return put;
-                }
-                ncclWaitSignal(1, &mut from_prev, comm, stream)
-            }
-        })
-        .expect("ncclPutSignal to the next rank, ncclWaitSignal for the previous one");
+    // The put first, then the wait, each its own call on one stream: the put needs nothing of the peer,
+    // so no rank waits before it has put. The first one-sided call of every rank sets NCCL's signal
+    // windows up, collectively.
+    // SAFETY: the source slice lies in this rank's symmetric window and its destination inside the next
+    // one's (SRC/DST + COUNT floats < WINDOW).
+    let res = unsafe {
+        ncclPutSignal(
+            buf.at(SRC),
+            COUNT,
+            NcclDataType::ncclFloat32,
+            next as i32,
+            win,
+            DST,
+            0,
+            0,
+            0,
+            comm,
+            stream,
+        )
+    };
+    check_nccl(res, "ncclPutSignal").expect("ncclPutSignal to the next rank");
+    // SAFETY: the descriptor outlives the call; a live communicator and stream.
+    let res = unsafe { ncclWaitSignal(1, &mut from_prev, comm, stream) };
+    check_nccl(res, "ncclWaitSignal").expect("ncclWaitSignal for the previous rank");
     settle(&mut world, "put and wait").unwrap_or_else(|e| panic!("{e}"));
     // Read on this rank's stream, after its wait: exactly the previous rank's slice has arrived.
     let got = buf.download(0, WINDOW, stream);
