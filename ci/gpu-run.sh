@@ -2,22 +2,35 @@
 # The GPU runner: runs what ci/gpu staged on a GPU host (no Rust needed there) and prints one table, then
 # "N passed, M failed" last. Copied to .gpu-build/run.sh; run it from the repository checkout.
 #
-# Usage: bash .gpu-build/run.sh LOGDIR [VERSION[=LIBDIR] ...]
+# Usage: bash .gpu-build/run.sh LOGDIR [VERSION[=LIBDIR][@RANKS] ...]
 #
 # Each VERSION is a build ci/gpu staged (.gpu-build/nccl-VERSION/, default: all of them), run against
 # libnccl VERSION: the one in LIBDIR if given (an NCCL built from source: <nccl>/build/lib), else the first
 # found on this host ($NCCL_LIB_DIR, ldconfig's cache, a search of /opt /usr /home /root), each candidate's
-# version read by nccl_info. Steps per version (GPU_STEPS, default "info multi tests kill"):
-#   info   nccl_info finds the GPUs and checks an all-reduce; every other build's nccl_info against this
-#          library: one built against newer headers must report the version skew (exit 2)
-#   multi  examples/multi_process, 2 processes (flags, torchrun's variables) over P2P and over sockets;
-#          under mpirun too when this host has Open MPI's
-#   tests  the GPU, fault and NCCL API suites with cargo-nextest from the archive (ci/gpu-nextest.toml:
-#          one test at a time, each killed after 240 s); GPU_TESTS=<nextest filterset> picks some. The
-#          NCCL API suite's elastic test runs the staged examples/elastic (METRALE_ELASTIC_BIN)
-#   kill   the peer-kill test FAULTS_KILL_REPS times (default 1) over P2P and once over sockets, with a
-#          watchdog of FAULTS_KILL_WATCHDOG_S (default 10; NCCL never notices a dead peer over P2P, so each
-#          run lasts the whole deadline)
+# version read by nccl_info. RANKS (commas: @2,4,8) are that version's rank counts, else GPU_RANKS (default
+# "2"). Every multi-process test runs at each count on whatever GPUs this host has (METRALE_TEST_RANKS; the
+# testkit's placement puts ranks that share a GPU on simulated hosts that talk over loopback sockets, or,
+# with METRALE_TEST_PLACEMENT=multi-rank-gpu and NCCL 2.30+, on one host), so one GPU is enough. Each table
+# row names the version and the placement ("8 ranks on 1 GPU, 8 hosts"), as the tests printed it.
+# Steps (GPU_STEPS, default "info multi tests fixed kill"); GPU_RANKS_<STEP> (e.g. GPU_RANKS_kill="8")
+# overrides the counts for one step:
+#   info   once: nccl_info finds the GPUs and checks an all-reduce; every other build's nccl_info against
+#          this library: one built against newer headers must report the version skew (exit 2)
+#   multi  at each count: examples/multi_process placed like the tests, started with flags and torchrun's
+#          variables, and under mpirun where this host has Open MPI's (a SKIP row otherwise)
+#   tests  at each count: the GPU, fault and NCCL API suites with cargo-nextest from the archive
+#          (ci/gpu-nextest.toml: one test at a time, each killed after 240 s), except the fixed-count tests
+#          and the peer-kill test; GPU_TESTS=<nextest filterset> picks some. The NCCL API suite's elastic
+#          test runs the staged examples/elastic (METRALE_ELASTIC_BIN). A test that prints
+#          "SKIP <test>: <why>" (it needs more GPUs in one process than this host has) is a SKIP row
+#   fixed  once: the tests of a fixed rank count (the GPU suite's fixed::, 300 MiB at 2 ranks, 16 ranks), and
+#          the fault suite's tests of one process (leaks of streams, events and NCCL memory; 32 threads)
+#   kill   at each count: the peer-kill test FAULTS_KILL_REPS times (default 1; each run kills a rank
+#          METRALE_FAULT_KILL_REPS times, default 10, a fresh job of every rank each time), and once more with P2P and
+#          SHM disabled where the host has 2 GPUs or more (on one GPU every rank is its own host: sockets
+#          already), with a watchdog of FAULTS_KILL_WATCHDOG_S (default 10; NCCL never notices a dead peer
+#          over P2P, so such a run lasts the whole deadline)
+# On a one-GPU host: GPU_RANKS="2 4 8" bash .gpu-build/run.sh LOGDIR 2.29.7=/tmp/nccl-2.29.7/lib 2.28.9@2
 # GPU_BUDGET_S (default 3600): no step starts after it, and a step is cut off at it. GPU_WAIT_FOR_LIB_S: how
 # long to wait for a LIBDIR's libnccl.so.2 to appear (a build still running). NCCL_NVLS_ENABLE=0 is
 # exported for every process, whatever the caller set: NVLink multicast is forbidden on the project's GPU
@@ -27,7 +40,7 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-logdir=${1:?usage: bash .gpu-build/run.sh LOGDIR [VERSION[=LIBDIR] ...]}
+logdir=${1:?usage: bash .gpu-build/run.sh LOGDIR [VERSION[=LIBDIR][@RANKS] ...]}
 shift
 mkdir -p "$logdir" && logdir=$(cd "$logdir" && pwd) || exit 2
 # shellcheck disable=SC1091
@@ -36,11 +49,13 @@ mkdir -p "$logdir" && logdir=$(cd "$logdir" && pwd) || exit 2
 repo=$(cd "$here/${REPO_UP:-..}" && pwd)
 runs=("$@")
 [ ${#runs[@]} -gt 0 ] || read -ra runs <<< "$VERSIONS"
-steps=" ${GPU_STEPS:-info multi tests kill} "
+steps=" ${GPU_STEPS:-info multi tests fixed kill} "
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 budget=${GPU_BUDGET_S:-3600}
 t0=$SECONDS
 
 rows=()   # "RESULT<TAB>SECONDS<TAB>WHAT<TAB>NOTE"
+times=()  # "LABEL LOG: SECONDS": the wall time of each nextest run (a step at one rank count)
 record() { rows+=("$1"$'\t'"$2"$'\t'"$3"$'\t'"${4:-}"); }
 left() { echo $((budget - (SECONDS - t0))); }
 
@@ -75,23 +90,50 @@ for d in "${dirs[@]}"; do
 done | tee "$logdir/libnccl-found.txt"
 mapfile -t found < <(sed -n 's/^found libnccl \([^ ]*\) in /\1 /p' "$logdir/libnccl-found.txt")
 
-# nextest LOG LIMIT FILTERSET [OPTION...]: the staged suites of $build under cargo-nextest, one row per test.
+# nextest LOG LIMIT FILTERSET [OPTION...]: the staged suites of $build under cargo-nextest, one row per test,
+# labelled with the version and the placement the tests printed ("2 ranks on 1 GPU, 2 hosts (hosts)"), or
+# with LABEL.
 nextest() {
     local log=$1 limit=$2 filter=$3; shift 3
     step "$log" "$limit" "$repo/.gpu-build/cargo-nextest" nextest run --archive-file "$build/tests.tar.zst" \
         --workspace-remap "$repo" --config-file "$here/nextest.toml" --profile gpu --run-ignored all \
         --color never -E "not test(=child_entry) and ($filter)" "$@"
+    local label plan
+    plan=$(grep -m1 -oE '[0-9]+ ranks? on [0-9]+ GPUs?, [0-9]+ hosts? \([a-z-]+\)' "$log")
+    label=${LABEL:-"[$v${plan:+, $plan}]"}
+    times+=("$label ${log#"$logdir"/}: ${secs} s")
+    # The tests that said they could not run here: "SKIP module::test: why".
+    declare -A skipped=()
+    while IFS=$'\t' read -r name why; do skipped[$name]=$why; done < <(
+        sed -nE 's/^(.* )?SKIP ([A-Za-z0-9_:]+): (.*)$/\2\t\3/p' "$log")
     # nextest's status lines: "PASS [  1.2s] (3/9) metrale-gpu-sys::gpu name".
     while IFS=$'\t' read -r status s name; do
-        case $status in PASS|LEAK) record PASS "$s" "[$v] $name" ;; *) record FAIL "$s" "[$v] $name" "$status; see ${log#"$logdir"/}" ;; esac
+        case $status in
+            PASS|LEAK)
+                if [ -n "${skipped[${name#* }]+x}" ]; then record SKIP "$s" "$label $name" "${skipped[${name#* }]}"
+                else record PASS "$s" "$label $name"; fi ;;
+            *) record FAIL "$s" "$label $name" "$status; see ${log#"$logdir"/}" ;;
+        esac
     done < <(sed -nE 's/^ *([A-Z-]+) \[ *([0-9.]+)s\] (\[[ 0-9/]+\] )?(\([ 0-9/]+\) )?metrale-gpu-sys::(.*)$/\1\t\2\t\3\5/p' "$log" | grep -v '^SLOW')
     local cut
     cut=$(grep -oE '[0-9]+/[0-9]+ tests were not run' "$log")
-    if [ -n "$cut" ]; then record FAIL 0 "[$v] nextest run cut off" "$cut; see ${log#"$logdir"/}"
-    elif ! grep -q "Summary" "$log"; then record FAIL "$secs" "[$v] nextest run" "exit $rc, no summary; see ${log#"$logdir"/}"; fi
+    if [ -n "$cut" ]; then record FAIL 0 "$label nextest run cut off" "$cut; see ${log#"$logdir"/}"
+    elif ! grep -q "Summary" "$log"; then record FAIL "$secs" "$label nextest run" "exit $rc, no summary; see ${log#"$logdir"/}"; fi
 }
 
+# counts STEP: the rank counts of STEP for this version (GPU_RANKS_<STEP>, else the version's, else GPU_RANKS).
+counts() {
+    local var=GPU_RANKS_$1
+    echo "${!var:-$ranks}"
+}
+
+fixed_tests='test(/^fixed::/) | test(=leaks::no_leak_streams_events_nccl_memory) | test(=leaks::many_threads_share_one_driver_and_helpers_work)'
+kill_test='test(=peers::peer_killed_mid_collective)'
+example_tests='test(/^multiprocess::multi_process_example/)'
+
 for run in "${runs[@]}"; do
+    ranks=${GPU_RANKS:-2}
+    case $run in *@*) ranks=${run##*@}; ranks=${ranks//,/ }; run=${run%@*} ;; esac
     v=${run%%=*}; build=$here/nccl-$v; out=$logdir/nccl-$v
     mkdir -p "$out"
     [ -d "$build" ] || { record FAIL 0 "NCCL $v" "no staged build $build (ci/gpu $v)"; continue; }
@@ -123,33 +165,29 @@ for run in "${runs[@]}"; do
     fi
 
     if [[ $steps == *" multi "* ]]; then
-        for transport in p2p net; do
-            log=$out/multi_process-$transport.log; port=$((29500 + RANDOM % 1000))
-            extra=(); [ $transport = net ] && extra=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
-            step "$log" 120 env "${extra[@]}" bash -c "
-                '$build/multi_process' --rank 0 --world-size 2 --local-rank 0 --master 127.0.0.1:$port & r0=\$!
-                RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port '$build/multi_process'; rc1=\$?
-                wait \$r0 && exit \$rc1"
-            [ "$(grep -c 'processes correct' "$log")" = 2 ]; verdict "[$v] multi_process, 2 processes ($transport)" "$log" $((rc + $?))
+        for n in $(counts multi); do
+            METRALE_TEST_RANKS=$n METRALE_MULTI_PROCESS_BIN=$build/multi_process \
+                nextest "$out/multi_process-$n.log" 600 "$example_tests"
         done
-        if mpirun --version 2>/dev/null | grep -q "Open MPI"; then
-            log=$out/multi_process-mpirun.log; root=(); [ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
-            step "$log" 120 env MASTER_ADDR=127.0.0.1 MASTER_PORT=$((30500 + RANDOM % 1000)) mpirun "${root[@]}" -np 2 \
-                --oversubscribe -x MASTER_ADDR -x MASTER_PORT -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE "$build/multi_process"
-            [ "$(grep -c 'processes correct' "$log")" = 2 ]; verdict "[$v] multi_process under mpirun" "$log" $((rc + $?))
-        else
-            record SKIP 0 "[$v] multi_process under mpirun" "no Open MPI mpirun on this host"
-        fi
     fi
 
-    kill_test='test(=peers::peer_killed_mid_collective)'
     if [[ $steps == *" tests "* ]]; then
-        METRALE_ELASTIC_BIN=$build/elastic nextest "$out/suites.log" 3000 "(${GPU_TESTS:-all()}) and not $kill_test"
+        for n in $(counts tests); do
+            METRALE_TEST_RANKS=$n METRALE_ELASTIC_BIN=$build/elastic nextest "$out/suites-$n.log" 3000 \
+                "(${GPU_TESTS:-all()}) and not $kill_test and not $fixed_tests and not $example_tests"
+        done
+    fi
+    if [[ $steps == *" fixed "* ]]; then
+        LABEL="[$v, fixed rank counts on $gpus GPU(s)]" nextest "$out/fixed.log" 900 "$fixed_tests"
     fi
     if [[ $steps == *" kill "* ]]; then
         export METRALE_FAULT_WATCHDOG_S=${FAULTS_KILL_WATCHDOG_S:-10}
-        nextest "$out/peer-kill-p2p.log" 900 "$kill_test" --stress-count "${FAULTS_KILL_REPS:-1}"
-        NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 nextest "$out/peer-kill-net.log" 300 "$kill_test"
+        for n in $(counts kill); do
+            METRALE_TEST_RANKS=$n nextest "$out/peer-kill-$n.log" 900 "$kill_test" --stress-count "${FAULTS_KILL_REPS:-1}"
+            if [ "$gpus" -ge 2 ]; then
+                METRALE_TEST_RANKS=$n NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 nextest "$out/peer-kill-net-$n.log" 300 "$kill_test"
+            fi
+        done
         unset METRALE_FAULT_WATCHDOG_S
     fi
 done
@@ -162,7 +200,9 @@ done
     echo
     echo "GPU runner on $(hostname): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//' | paste -sd';' -)"
     echo "measured:"
-    grep -r "MEASURED " "$logdir"/nccl-*/ 2>/dev/null | sed -E 's|^.*/nccl-([^/]*)/[^:]*:.*MEASURED |  [\1] |' | sort -u
+    grep -r "MEASURED " "$logdir"/nccl-*/ 2>/dev/null | sed -E 's|^.*/nccl-([^/]*)/([^:]*)\.log:.*MEASURED |  [\1 \2] |' | sort -u
+    echo "time per run:"
+    for t in "${times[@]}"; do echo "  $t"; done
     printf '%-6s %8s  %s\n' result seconds test
     for r in "${rows[@]}"; do
         IFS=$'\t' read -r res s what note <<< "$r"

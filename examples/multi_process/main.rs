@@ -1,5 +1,6 @@
-//! One process per GPU, across hosts: rank 0 creates the `ncclUniqueId` and hands it to the others over a
-//! small TCP rendezvous, then every rank all-reduces and checks the sum.
+//! One process per rank, across hosts (or many on one GPU: see its README): rank 0 creates the
+//! `ncclUniqueId` and hands it to the others over a small TCP rendezvous, then every rank all-reduces and
+//! checks the sum.
 //!
 //! Rank, world size and GPU come from flags or from the launcher's variables: torchrun, Slurm's `srun`,
 //! Open MPI's `mpirun` or a PMI launcher (see the testkit's `launcher.rs` for the order and the conflict rule); rank 0's
@@ -9,6 +10,9 @@
 //! # one host, two GPUs
 //! multi_process --rank 0 --world-size 2 --local-rank 0 --master 127.0.0.1:29500 &
 //! multi_process --rank 1 --world-size 2 --local-rank 1 --master 127.0.0.1:29500
+//! # one GPU, two ranks: each its own simulated host, connected by NCCL's sockets over loopback
+//! NCCL_HOSTID=sim-0 NCCL_SOCKET_IFNAME=lo multi_process --rank 0 --world-size 2 --master 127.0.0.1:29500 &
+//! NCCL_HOSTID=sim-1 NCCL_SOCKET_IFNAME=lo multi_process --rank 1 --world-size 2 --master 127.0.0.1:29500
 //! # two hosts, one GPU each (host A is 10.0.0.1)
 //! A$ RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 multi_process
 //! B$ RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 multi_process

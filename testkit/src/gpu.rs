@@ -43,9 +43,9 @@ pub fn gpus() -> usize {
 /// GPU runner counts each such line as a SKIP row. Never a silent pass.
 pub const SKIP: &str = "SKIP ";
 
-/// Prints `SKIP <test>: <reason>` (see [`SKIP`]).
+/// Prints `SKIP <test>: <reason>` (see [`SKIP`]) on a line of its own (libtest may have begun one).
 pub fn skip(test: &str, reason: &str) {
-    println!("{SKIP}{test}: {reason}");
+    println!("\n{SKIP}{test}: {reason}");
 }
 
 /// The GPU count for a test that drives `need` or more GPUs from one process: `None`, with the skip

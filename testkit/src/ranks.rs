@@ -124,16 +124,22 @@ impl Me {
             self.publish(key, &id.to_bytes());
             id
         } else {
-            let bytes = self.fetch(key);
-            let bytes: [u8; NcclUniqueId::BYTES] = bytes.try_into().unwrap_or_else(|b: Vec<u8>| {
+            self.fetch_id(key)
+        }
+    }
+
+    /// A unique id some rank published under `key` (one of [`Me::share_id`]'s, or one from
+    /// `ncclCommGetUniqueId`), waiting as [`Me::fetch`] does.
+    pub fn fetch_id(&self, key: &str) -> NcclUniqueId {
+        let bytes: [u8; NcclUniqueId::BYTES] =
+            self.fetch(key).try_into().unwrap_or_else(|b: Vec<u8>| {
                 panic!(
                     "{key}: a unique id of {} bytes, expected {}",
                     b.len(),
                     NcclUniqueId::BYTES
                 )
             });
-            NcclUniqueId::from_bytes(bytes)
-        }
+        NcclUniqueId::from_bytes(bytes)
     }
 
     /// Returns once every rank has reached the barrier `name` (each name used once per test).
@@ -147,7 +153,13 @@ impl Me {
     /// This rank's communicator over all ranks: blocking `ncclCommInitRank` on its device, with rank 0's
     /// unique id.
     pub fn join(&self) -> World {
-        let id = self.share_id("world-id", 0);
+        self.join_id("world-id")
+    }
+
+    /// [`Me::join`] with the unique id shared under `key`: a second communicator over all ranks needs
+    /// an id (and a key) of its own.
+    pub fn join_id(&self, key: &str) -> World {
+        let id = self.share_id(key, 0);
         cuda::use_device(self.device, "join").expect("use_device");
         let mut comm: NcclComm = std::ptr::null_mut();
         // SAFETY: writes one handle; rank `rank` of `nranks` on the current device.
@@ -163,8 +175,17 @@ impl Me {
 
     /// [`Me::join`] with `ncclCommInitRankConfig` and `config`; a non-blocking config is polled until
     /// ready (bounded). Returns what the init call returned too (`ncclInProgress` when non-blocking).
-    pub fn join_config(&self, mut config: NcclConfig) -> Result<(World, NcclResult), GpuError> {
-        let id = self.share_id("world-id", 0);
+    pub fn join_config(&self, config: NcclConfig) -> Result<(World, NcclResult), GpuError> {
+        self.join_config_id("world-id", config)
+    }
+
+    /// [`Me::join_config`] with the unique id shared under `key` (see [`Me::join_id`]).
+    pub fn join_config_id(
+        &self,
+        key: &str,
+        mut config: NcclConfig,
+    ) -> Result<(World, NcclResult), GpuError> {
+        let id = self.share_id(key, 0);
         cuda::use_device(self.device, "join").expect("use_device");
         let blocking = config.blocking != 0;
         let mut comm: NcclComm = std::ptr::null_mut();

@@ -148,6 +148,15 @@ impl World {
         Ok(())
     }
 
+    /// Each communicator with its stream: what a watchdog's wait over the world polls.
+    pub fn work(&self) -> Vec<(NcclComm, CUstream)> {
+        self.comms
+            .iter()
+            .copied()
+            .zip(self.streams.iter().copied())
+            .collect()
+    }
+
     /// Waits for every rank's stream.
     pub fn sync_all(&self) -> Result<(), GpuError> {
         self.streams.iter().try_for_each(|&s| {

@@ -338,39 +338,49 @@ fn bad_input_without_a_gpu_is_an_error_with_nccls_text() {
     expect_no_failures(&failures);
 }
 
-/// On GPUs, with two blocking communicators: every bad argument is NCCL's `ncclInvalidArgument` with
-/// its message, and a correct all-reduce (checked against the host) works after each.
+/// On GPUs, one blocking communicator per rank's process: every bad argument is NCCL's
+/// `ncclInvalidArgument` with its message, and a correct all-reduce over every rank (checked against
+/// the host) works after each. Every rank makes the same bad calls on its own communicator; NCCL checks
+/// them before it enqueues anything, so no rank waits for another.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
 fn bad_input_on_gpus() {
-    gpus();
+    ranks::test("bad_input::bad_input_on_gpus").run_raw(bad_input_rank);
+}
+
+fn bad_input_rank(me: &Me) {
     const COUNT: usize = 1 << 18;
-    let pair = Pair::init_all(COUNT);
-    pair.check_all_reduce(100)
+    let n = me.nranks;
+    let mut summed = Summed::new(me.join(), COUNT);
+    summed
+        .check_all_reduce(100)
         .expect("a correct all-reduce first");
-    let (c0, s0) = (pair.world.comms[0], pair.world.streams[0]);
-    let (sb, rb) = (pair.send[0].at(0), pair.recv[0].at(0));
+    let (c0, s0) = (summed.world.comms[0], summed.world.streams[0]);
+    let (sb, rb) = (summed.send[0].at(0), summed.recv[0].at(0));
     let (f32t, sum) = (NcclDataType::ncclFloat32, NcclRedOp::ncclSum);
     let inv = NcclResult::ncclInvalidArgument;
     let ia = "invalid argument";
     let mut failures = Vec::new();
     let mut seed = 100;
+    // A failed all-reduce ends the test: the communicator is aborted, and the handle copied above is
+    // never used again.
     let mut case = |what: &str, r: Result<String, String>| {
         seed += 1;
-        let after = pair
-            .check_all_reduce(seed)
-            .map_err(|e| format!("{what}: the communicator no longer works: {e}"));
-        match r.and(after) {
-            Ok(_) => println!("      ... and a correct all-reduce after it"),
-            Err(e) => {
-                println!("FAIL  {e}");
-                failures.push(e);
-            }
+        if let Err(e) = r {
+            println!("FAIL  {e}");
+            failures.push(e);
         }
+        if let Err(e) = summed.check_all_reduce(seed) {
+            failures.push(format!("{what}: the communicator no longer works: {e}"));
+            expect_no_failures(&failures);
+        }
+        println!("      ... and a correct all-reduce after it");
     };
+    // Out of range for `n` ranks, on either side.
+    let (root, peer, rank) = (n as i32 + 3, n as i32 + 4, n as i32 + 3);
     let id = NcclUniqueId::new().expect("ncclGetUniqueId");
-    // SAFETY: every call gets live handles and buffers of COUNT floats on rank 0's device; NCCL checks
-    // the bad argument before it enqueues anything (rank 1 is not involved, so nothing waits for it).
+    // SAFETY: every call gets live handles and buffers of COUNT floats on this rank's device; NCCL checks
+    // the bad argument before it enqueues anything (so nothing waits for another rank).
     unsafe {
         case(
             "datatype 99",
@@ -393,13 +403,13 @@ fn bad_input_on_gpus() {
             ),
         );
         case(
-            "root 5",
+            &format!("root {root}"),
             expect_error(
-                "ncclBroadcast(root 5 of 2)",
-                ncclBroadcast(sb, rb, COUNT, f32t, 5, c0, s0),
+                &format!("ncclBroadcast(root {root} of {n})"),
+                ncclBroadcast(sb, rb, COUNT, f32t, root, c0, s0),
                 inv,
                 ia,
-                &["Broadcast", "invalid root 5"],
+                &["Broadcast", &format!("invalid root {root}")],
             ),
         );
         case(
@@ -413,13 +423,13 @@ fn bad_input_on_gpus() {
             ),
         );
         case(
-            "peer 6",
+            &format!("peer {peer}"),
             expect_error(
-                "ncclSend(peer 6 of 2)",
-                ncclSend(sb, COUNT, f32t, 6, c0, s0),
+                &format!("ncclSend(peer {peer} of {n})"),
+                ncclSend(sb, COUNT, f32t, peer, c0, s0),
                 inv,
                 ia,
-                &["Send", "6"],
+                &["Send", &peer.to_string()],
             ),
         );
         case(
@@ -443,7 +453,7 @@ fn bad_input_on_gpus() {
             ),
         );
         let mut comm: NcclComm = null_mut();
-        cuda::use_device(0, "bad config").expect("use_device");
+        cuda::use_device(me.device, "bad config").expect("use_device");
         for (what, blocking, min, max, message) in BAD_CONFIGS {
             let mut config = bad_config(blocking, min, max);
             case(
@@ -459,125 +469,85 @@ fn bad_input_on_gpus() {
             assert!(comm.is_null(), "a refused config left a handle");
         }
         case(
-            "rank 5 of 2",
+            &format!("rank {rank} of {n}"),
             expect_error(
-                "ncclCommInitRank(rank 5 of 2)",
-                ncclCommInitRank(&mut comm, 2, id, 5),
+                &format!("ncclCommInitRank(rank {rank} of {n})"),
+                ncclCommInitRank(&mut comm, n as i32, id, rank),
                 inv,
                 ia,
-                &["Invalid rank requested : 5/2"],
+                &[&format!("Invalid rank requested : {rank}/{n}")],
             ),
         );
         assert!(comm.is_null(), "a refused init left a handle");
     }
 
-    // A window whose address breaks NCCL_WIN_REQUIRED_ALIGNMENT (collective: both ranks register the
-    // same misaligned offset in one group), then a correctly aligned one, which works.
+    // A window whose address breaks NCCL_WIN_REQUIRED_ALIGNMENT (collective: every rank registers the
+    // same misaligned offset of its own allocation). On one host NCCL refuses it on every rank. Across
+    // hosts some NCCL versions register a communicator without symmetric support locally only, before
+    // they look at the alignment: what NCCL does there is reported, and a window it made is deregistered.
+    // (Registering again after a refusal is not tried: where NCCL refuses that on one rank alone, as
+    // 2.28.9 did, the others would wait in the collective registration for ever.)
     let align = WIN_ALIGNMENT;
-    let bufs = [
-        nccl_mem_alloc(0, 8 * align).expect("ncclMemAlloc"),
-        nccl_mem_alloc(1, 8 * align).expect("ncclMemAlloc"),
-    ];
-    let register = |offset: usize| -> (Vec<NcclResult>, [ncclWindow_t; 2]) {
-        let mut wins: [ncclWindow_t; 2] = [null_mut(); 2];
-        // SAFETY: a group over both live communicators; each range lies inside that rank's allocation.
-        let results = unsafe {
-            let mut results = vec![ncclGroupStart()];
-            for r in 0..2 {
-                let ptr = bufs[r].cast::<u8>().add(offset).cast::<c_void>();
-                results.push(ncclCommWindowRegister(
-                    pair.world.comms[r],
-                    ptr,
-                    4 * align,
-                    &mut wins[r],
-                    NCCL_WIN_COLL_SYMMETRIC as i32,
-                ));
-            }
-            results.push(ncclGroupEnd());
-            results
-        };
-        (results, wins)
+    let buf = nccl_mem_alloc(me.device, 8 * align).expect("ncclMemAlloc");
+    let mut win: ncclWindow_t = null_mut();
+    // SAFETY: a live communicator; the range lies inside this rank's allocation; writes one handle.
+    let res = unsafe {
+        ncclCommWindowRegister(
+            c0,
+            buf.cast::<u8>().add(1024).cast::<c_void>(),
+            4 * align,
+            &mut win,
+            NCCL_WIN_COLL_SYMMETRIC as i32,
+        )
     };
-    let (results, wins) = register(1024);
-    let first_error = results
-        .iter()
-        .copied()
-        .find(|r| *r != NcclResult::ncclSuccess)
-        .unwrap_or(NcclResult::ncclSuccess);
-    println!(
-        "misaligned window registration (offset 1024, alignment {align}): statuses {:?}",
-        results.iter().map(|r| r.0).collect::<Vec<_>>()
-    );
-    case(
-        "misaligned window",
-        expect_error(
-            "ncclCommWindowRegister(address 1024 bytes past a 4096 boundary)",
-            first_error,
-            inv,
-            ia,
-            &["aligned"],
-        ),
-    );
-    assert!(
-        wins.iter().all(|w| w.is_null()),
-        "a refused registration returned a window: {wins:?}"
-    );
-    // Registering again, at the base ncclMemAlloc returned: NCCL promises nothing here, and on the GPU
-    // host NCCL 2.28.9 refused it on one rank with ncclInternalError ("Window address must be suitably
-    // aligned", the refused call's text) after the misaligned attempt, while collectives kept working.
-    // What NCCL does is reported; the collectives after each case above are what is required.
-    let (results, wins) = register(0);
-    let ok = results.iter().all(|r| *r == NcclResult::ncclSuccess);
-    println!(
-        "FAULT-OUTCOME window registration after a refused one: {}",
-        if ok {
-            "registered".to_string()
-        } else {
-            format!(
-                "NCCL refused it: {:?}",
-                results
-                    .iter()
-                    .map(|r| check_nccl(*r, "ncclCommWindowRegister"))
-                    .collect::<Vec<_>>()
-            )
-        }
-    );
-    if ok {
-        // SAFETY: a group deregistering the windows just registered, on idle communicators.
-        unsafe {
-            check_nccl(ncclGroupStart(), "ncclGroupStart").expect("group");
-            for r in 0..2 {
-                check_nccl(
-                    ncclCommWindowDeregister(pair.world.comms[r], wins[r]),
-                    "ncclCommWindowDeregister",
-                )
-                .expect("deregister");
-            }
-            check_nccl(ncclGroupEnd(), "ncclGroupEnd").expect("group end");
-        }
+    let what = format!("ncclCommWindowRegister(address 1024 bytes past a {align} boundary)");
+    if me.hosts > 1 && res == NcclResult::ncclSuccess {
+        println!(
+            "FAULT-OUTCOME misaligned window over {} hosts: registered (no symmetric support across hosts)",
+            me.hosts
+        );
+        // SAFETY: the window just registered on this idle communicator, deregistered once.
+        let res = unsafe { ncclCommWindowDeregister(c0, win) };
+        check_nccl(res, "ncclCommWindowDeregister").expect("deregister");
+        case("misaligned window", Ok(what));
+    } else {
+        case(
+            "misaligned window",
+            expect_error(&what, res, inv, ia, &["aligned"]),
+        );
+        assert!(
+            win.is_null(),
+            "a refused registration returned a window: {win:?}"
+        );
     }
-    // The communicators first: destroying them releases any window NCCL registered on one rank only.
-    drop(pair);
-    for b in bufs {
-        // SAFETY: from nccl_mem_alloc, no longer registered (the communicators are gone) or used.
-        unsafe { nccl_mem_free(b) }.expect("ncclMemFree");
+    // The communicator first: destroying it releases any window NCCL registered.
+    drop(summed);
+    // SAFETY: from nccl_mem_alloc, no longer registered (the communicator is gone) or used.
+    unsafe { nccl_mem_free(buf) }.expect("ncclMemFree");
+    if me.rank == 0 {
+        measured(&format!(
+            "{} bad-input cases at {n} ranks, {} failed on rank 0",
+            11,
+            failures.len()
+        ));
     }
-    measured(&format!(
-        "{} bad-input cases, {} failed",
-        11,
-        failures.len()
-    ));
     expect_no_failures(&failures);
 }
 
-/// The inputs that may crash the process if NCCL does not catch them run in child processes: a count
-/// whose byte size overflows size_t, and a host pointer where a device pointer is needed (without and
-/// with NCCL_CHECK_POINTERS=1). What NCCL does is recorded; the process must never crash or hang: it
-/// reports an error (from the call, or the watchdog's) and exits.
+const NAME_CRASH: &str = "bad_input::bad_input_that_may_crash_in_a_child_process";
+
+/// The inputs that may crash the process if NCCL does not catch them run in the ranks' own processes: a
+/// count whose byte size overflows size_t, and a host pointer where a device pointer is needed (without
+/// and with NCCL_CHECK_POINTERS=1), each case a job of every rank making the same call. What NCCL does is
+/// recorded; no rank may crash or hang: each reports an error (from the call, or the watchdog's) and
+/// exits.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
 fn bad_input_that_may_crash_in_a_child_process() {
-    gpus();
+    if Me::get(NAME_CRASH).is_some() {
+        return ranks::test(NAME_CRASH).run_raw(bad_input_case);
+    }
+    let plan = ranks::test(NAME_CRASH).plan();
     let mut failures = Vec::new();
     let mut outcomes = Vec::new();
     for (case, extra) in [
@@ -598,38 +568,39 @@ fn bad_input_that_may_crash_in_a_child_process() {
                 ""
             }
         );
-        let mut child = child::spawn(&name, "bad-input", &env);
-        let status = child.wait_exit(Duration::from_secs(90));
-        child.dump();
-        let out = child.output();
-        let outcome = out
-            .lines()
-            .find_map(|l| l.split_once("FAULT-OUTCOME ").map(|(_, o)| o.to_string()));
-        match (status, outcome) {
-            (Some(s), Some(o)) if s.success() => outcomes.push(format!("{name}: {o}")),
-            (status, o) => failures.push(format!(
-                "{name}: exit {status:?} (a crash or hang), outcome {o:?}"
-            )),
+        let done = ranks::Job::start(NAME_CRASH, plan, &env).wait(ranks::limit());
+        for f in &done {
+            println!(
+                "===== {name}: {} exited with {:?} =====\n{}===== end of {} =====",
+                f.name, f.status, f.output, f.name
+            );
+            let outcome = f
+                .output
+                .lines()
+                .find_map(|l| l.split_once("FAULT-OUTCOME ").map(|(_, o)| o.to_string()));
+            match (f.ok(), outcome) {
+                (true, Some(o)) => outcomes.push(format!("{name}: {o}")),
+                (_, o) => failures.push(format!(
+                    "{name}, {}: exit {:?} (a crash or hang), outcome {o:?}",
+                    f.name, f.status
+                )),
+            }
         }
     }
     for o in &outcomes {
         println!("recorded: {o}");
     }
-    measured(&format!(
-        "no crash: {}",
-        outcomes
-            .iter()
-            .map(|o| o.split(':').next().unwrap_or("").to_string()
-                + ":"
-                + o.split(": ")
-                    .nth(1)
-                    .unwrap_or("")
-                    .split(';')
-                    .next()
-                    .unwrap_or(""))
-            .collect::<Vec<_>>()
-            .join("; ")
-    ));
+    // One entry per case (every rank's is the same but for its number): "<case>:<what happened>".
+    let mut summary: Vec<String> = outcomes
+        .iter()
+        .map(|o| {
+            let (case, rest) = o.split_once(": ").unwrap_or((o, ""));
+            let what = rest.split_once(": ").map_or(rest, |(_, w)| w);
+            format!("{case}:{}", what.split(';').next().unwrap_or(""))
+        })
+        .collect();
+    summary.dedup();
+    measured(&format!("no crash at {}: {}", plan, summary.join("; ")));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -641,112 +612,88 @@ const WIN_ALIGNMENT: usize = 4096;
 
 pub const CASE_VAR: &str = "METRALE_FAULT_CASE";
 
-/// The child side of `bad_input_that_may_crash_in_a_child_process`: one case on two communicators,
-/// then "FAULT-OUTCOME <what happened>" and a clean exit.
-pub fn bad_input_child() {
+/// The watchdog's deadline on an accepted bad call.
+const CASE_WATCHDOG: Duration = Duration::from_secs(20);
+
+/// A rank of `bad_input_that_may_crash_in_a_child_process`: one case on a non-blocking communicator (so
+/// that every wait is bounded, even where NCCL refuses on some ranks and accepts on others), then
+/// "FAULT-OUTCOME <what happened>" and a clean exit.
+fn bad_input_case(me: &Me) {
     let case = std::env::var(CASE_VAR).expect("case");
     let checking = std::env::var("NCCL_CHECK_POINTERS").as_deref() == Ok("1");
     const COUNT: usize = 1 << 16;
-    let pair = Pair::init_all(COUNT);
-    pair.check_all_reduce(200)
+    let mut config = NcclConfig::default();
+    config.blocking = 0;
+    let (world, _) = me.join_config(config).expect("non-blocking init");
+    let mut summed = Summed::new(world, COUNT);
+    summed
+        .check_all_reduce(200)
         .expect("a correct all-reduce first");
-    let mut host: Vec<Vec<f32>> = (0..2).map(|r| inputs(201, r, COUNT)).collect();
-    let mut host_out: Vec<Vec<f32>> = vec![vec![f32::NAN; COUNT]; 2];
-    let (count, ptrs): (usize, Vec<(*mut c_void, *mut c_void)>) = match case.as_str() {
+    let rank = me.rank;
+    let mut host = inputs(201, rank, COUNT);
+    let mut host_out = vec![f32::NAN; COUNT];
+    let (count, send, recv): (usize, *mut c_void, *mut c_void) = match case.as_str() {
         // (usize::MAX / 4 + 2) floats: 4 * count wraps around to 4 bytes.
         "count-overflow" => (
             usize::MAX / 4 + 2,
-            (0..2)
-                .map(|r| (pair.send[r].at(0), pair.recv[r].at(0)))
-                .collect(),
+            summed.send[0].at(0),
+            summed.recv[0].at(0),
         ),
         "host-pointer" => (
             COUNT,
-            (0..2)
-                .map(|r| (host[r].as_mut_ptr().cast(), host_out[r].as_mut_ptr().cast()))
-                .collect(),
+            host.as_mut_ptr().cast(),
+            host_out.as_mut_ptr().cast(),
         ),
         other => panic!("unknown case {other}"),
     };
-    // SAFETY: live communicators and streams; the pointers are the bad input under test (host memory
+    let (comm, stream) = (summed.world.comms[0], summed.world.streams[0]);
+    // SAFETY: a live communicator and stream; the pointers are the bad input under test (host memory
     // that outlives the wait, or device buffers smaller than the count): what NCCL does with them is
-    // what this child observes, in its own process.
-    let results = unsafe {
-        let mut results = vec![ncclGroupStart()];
-        for r in 0..2 {
-            results.push(ncclAllReduce(
-                ptrs[r].0,
-                ptrs[r].1,
-                count,
-                NcclDataType::ncclFloat32,
-                NcclRedOp::ncclSum,
-                pair.world.comms[r],
-                pair.world.streams[r],
-            ));
-        }
-        results.push(ncclGroupEnd());
-        results
+    // what this process observes, in its own process.
+    let res = unsafe {
+        ncclAllReduce(
+            send,
+            recv,
+            count,
+            NcclDataType::ncclFloat32,
+            NcclRedOp::ncclSum,
+            comm,
+            stream,
+        )
     };
-    let first_error = results
-        .iter()
-        .copied()
-        .find(|r| *r != NcclResult::ncclSuccess);
-    let outcome = match first_error {
-        Some(res) => {
-            let err = check_nccl(res, "ncclAllReduce").expect_err("an error");
-            let works = match pair.check_all_reduce(202) {
-                Ok(()) => "the communicator still works".to_string(),
-                Err(e) => format!("the communicator no longer works: {e}"),
-            };
-            format!("refused by the call: {err}; {works}")
-        }
-        None => {
-            // NCCL accepted it: the watchdog says how the collective ends (a CUDA fault, a hang, or done).
-            let mut verdicts = Vec::new();
-            let mut aborted = false;
-            for r in 0..2 {
-                // SAFETY: live handles; on an error the communicator is aborted and not used again.
-                match unsafe {
-                    watchdog::wait_stream(
-                        pair.world.comms[r],
-                        pair.world.streams[r],
-                        Duration::from_secs(20),
-                    )
-                } {
-                    Ok(()) => verdicts.push(format!("rank {r} completed")),
-                    Err(e) => {
-                        aborted = true;
-                        verdicts.push(format!("rank {r}: {e}"));
-                    }
+    let works = |summed: &mut Summed, seed| match summed.check_all_reduce(seed) {
+        Ok(()) => "the communicator still works".to_string(),
+        Err(e) => format!("the communicator no longer works: {e}"),
+    };
+    let outcome = if res != NcclResult::ncclSuccess && res != NcclResult::ncclInProgress {
+        let err = check_nccl(res, "ncclAllReduce").expect_err("an error");
+        format!("refused by the call: {err}; {}", works(&mut summed, 202))
+    } else {
+        // NCCL accepted it: the watchdog says how the collective ends (a CUDA fault, a hang, or done).
+        // SAFETY: live handles; on an error the communicator is aborted and not used again.
+        match unsafe { watchdog::wait_stream(comm, stream, CASE_WATCHDOG) } {
+            Ok(()) => {
+                let mut text = format!("ACCEPTED by NCCL; rank {rank} completed");
+                if case == "host-pointer" {
+                    let want = expected_sum(201, me.nranks, COUNT);
+                    text.push_str(match compare("host-pointer output", &host_out, &want) {
+                        Ok(()) => "; output correct (the GPU reached pageable host memory)",
+                        Err(_) => "; output WRONG",
+                    });
                 }
+                format!("{text}; {}", works(&mut summed, 203))
             }
-            let mut text = format!("ACCEPTED by NCCL; {}", verdicts.join("; "));
-            if !aborted && case == "host-pointer" {
-                let want = expected_sum(201, 2, COUNT);
-                let correct =
-                    (0..2).all(|r| compare("host-pointer output", &host_out[r], &want).is_ok());
-                text.push_str(if correct {
-                    "; output correct (the GPU reached pageable host memory)"
-                } else {
-                    "; output WRONG"
-                });
+            Err(e) => {
+                // The communicator is aborted (and the context may hold a sticky CUDA error): leave it
+                // and its buffers to the process's exit, as NCCL's own tests do after a fault.
+                summed.world.forget_comms();
+                std::mem::forget(summed);
+                format!("ACCEPTED by NCCL; rank {rank}: {e}")
             }
-            if aborted {
-                // The communicators are aborted (and the context may hold a sticky CUDA error): leave
-                // them to the process's exit, as NCCL's own tests do after a fault.
-                std::mem::forget(pair);
-            } else {
-                let works = match pair.check_all_reduce(203) {
-                    Ok(()) => "the communicator still works".to_string(),
-                    Err(e) => format!("the communicator no longer works: {e}"),
-                };
-                text.push_str(&format!("; {works}"));
-            }
-            text
         }
     };
     println!(
-        "FAULT-OUTCOME {case}{}: {outcome}",
+        "\nFAULT-OUTCOME {case}{}: {outcome}",
         if checking {
             " (NCCL_CHECK_POINTERS=1)"
         } else {

@@ -1,15 +1,17 @@
 //! What the fault tests share beyond the testkit (re-exported here): host-computed inputs and sums,
-//! memory gauges, and a pair of communicators on GPUs 0 and 1 with buffers, checked against the host.
+//! memory gauges, and a world's all-reduces checked against the host.
 
 use std::time::Duration;
 
 pub use metrale_gpu_testkit::child;
 pub use metrale_gpu_testkit::devbuf::DevBuf;
 pub use metrale_gpu_testkit::gpu::{gpus, measured};
+pub use metrale_gpu_testkit::ranks::{self, Me};
 pub use metrale_gpu_testkit::world::World;
 
 use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
+use metrale_gpu_sys::watchdog::Watchdog;
 
 /// Seconds from an env variable (for the GPU runner to shorten a bound), else `default`.
 pub fn secs_from_env(var: &str, default: u64) -> Duration {
@@ -47,8 +49,8 @@ pub fn rss() -> usize {
 
 pub const MIB: f64 = (1 << 20) as f64;
 
-/// The element `i` of rank `rank`'s input for `seed`: small multiples of 1/4, so every sum over two
-/// ranks is exact in f32 and the host's answer is exact.
+/// The element `i` of rank `rank`'s input for `seed`: multiples of 1/4 below 1024, so every sum over up
+/// to 4096 ranks is exact in f32 (below 2^24 quarters) and the host's answer is exact.
 pub fn input(seed: u64, rank: usize, i: usize) -> f32 {
     ((i as u64 * 7 + seed * 13 + rank as u64 * 101) % 4093) as f32 * 0.25
 }
@@ -98,56 +100,88 @@ pub struct Handle<T>(pub T);
 // handle from two threads in a way NCCL or CUDA forbid (abort from another thread is allowed).
 unsafe impl<T> Send for Handle<T> {}
 
-/// Two blocking communicators (ncclCommInitAll over GPUs 0 and 1), a stream and `count` floats of
-/// input and output per rank. The world goes first on drop: its streams are idle before the buffers go.
-pub struct Pair {
+/// The waits of every checked all-reduce: a peer that fails leaves the others an error, not a hang.
+const ALL_REDUCE_LIMIT: Duration = Duration::from_secs(60);
+
+/// A world (this rank's communicator, in a rank's process) with `count` floats of input and output per
+/// communicator, for all-reduces checked against the host. The world goes first on drop: its streams
+/// are idle before the buffers go.
+pub struct Summed {
     pub world: World,
-    pub send: [DevBuf; 2],
-    pub recv: [DevBuf; 2],
+    pub send: Vec<DevBuf>,
+    pub recv: Vec<DevBuf>,
     pub count: usize,
 }
 
-impl Pair {
-    pub fn init_all(count: usize) -> Pair {
-        let buffers = || [DevBuf::cuda(0, count * 4), DevBuf::cuda(1, count * 4)];
-        Pair {
-            world: World::init_all(2),
-            send: buffers(),
-            recv: buffers(),
+impl Summed {
+    pub fn new(world: World, count: usize) -> Summed {
+        let buffers = || {
+            world
+                .devs
+                .iter()
+                .map(|&d| DevBuf::cuda(d, count * 4))
+                .collect()
+        };
+        let (send, recv) = (buffers(), buffers());
+        Summed {
+            world,
+            send,
+            recv,
             count,
         }
     }
 
-    /// One all-reduce (sum) across both ranks, checked against the host's answer on both. Inputs and
-    /// outputs are written on each rank's stream, before the collective.
-    pub fn check_all_reduce(&self, seed: u64) -> Result<(), String> {
-        let count = self.count;
-        for r in 0..2 {
-            self.send[r].upload_f32(&inputs(seed, r, count), self.world.streams[r]);
-            self.recv[r].upload_f32(&vec![f32::NAN; count], self.world.streams[r]);
-        }
-        self.world
-            .group("ncclAllReduce", |r| {
-                // SAFETY: each buffer holds `count` floats on the communicator's device and each
-                // stream belongs to that device.
-                unsafe {
-                    ncclAllReduce(
-                        self.send[r].at(0),
-                        self.recv[r].at(0),
-                        count,
-                        NcclDataType::ncclFloat32,
-                        NcclRedOp::ncclSum,
-                        self.world.comms[r],
-                        self.world.streams[r],
-                    )
+    /// One all-reduce (sum) over every rank of the world's communicators, checked against the host's
+    /// answer on the communicators this process drives. Inputs and outputs are written on each one's
+    /// stream, before the collective; the wait is the watchdog's. After an `Err` the communicators are
+    /// aborted and the world has forgotten them: a handle copied out of it must not be used again.
+    pub fn check_all_reduce(&mut self, seed: u64) -> Result<(), String> {
+        let result = self.all_reduce(seed);
+        if result.is_err() {
+            for &comm in &self.world.comms {
+                // SAFETY: a live communicator the world holds, aborted once, then forgotten.
+                if let Err(e) = check_nccl(unsafe { ncclCommAbort(comm) }, "ncclCommAbort") {
+                    eprintln!("warning: {e}");
                 }
-            })
-            .map_err(|e| e.to_string())?;
-        let want = expected_sum(seed, 2, count);
-        for r in 0..2 {
+            }
+            self.world.forget_comms();
+        }
+        result
+    }
+
+    fn all_reduce(&mut self, seed: u64) -> Result<(), String> {
+        let (w, count) = (&self.world, self.count);
+        for i in 0..w.n() {
+            self.send[i].upload_f32(&inputs(seed, w.ranks[i], count), w.streams[i]);
+            self.recv[i].upload_f32(&vec![f32::NAN; count], w.streams[i]);
+        }
+        w.group("ncclAllReduce", |i| {
+            // SAFETY: each buffer holds `count` floats on the communicator's device and each stream
+            // belongs to that device.
+            unsafe {
+                ncclAllReduce(
+                    self.send[i].at(0),
+                    self.recv[i].at(0),
+                    count,
+                    NcclDataType::ncclFloat32,
+                    NcclRedOp::ncclSum,
+                    w.comms[i],
+                    w.streams[i],
+                )
+            }
+        })
+        .map_err(|e| e.to_string())?;
+        // SAFETY: the world's live communicators and streams, used by this thread alone.
+        if let Err(e) = unsafe { Watchdog::abort_after(ALL_REDUCE_LIMIT).wait_all(&w.work()) } {
+            // The watchdog aborted them: nothing left to give up on.
+            self.world.forget_comms();
+            return Err(format!("the all-reduce: {e}"));
+        }
+        let want = expected_sum(seed, w.size, count);
+        for i in 0..w.n() {
             compare(
-                &format!("all-reduce on rank {r}"),
-                &self.recv[r].download_f32(self.world.streams[r]),
+                &format!("all-reduce on rank {} of {}", w.ranks[i], w.size),
+                &self.recv[i].download_f32(w.streams[i]),
                 &want,
             )?;
         }

@@ -1,5 +1,7 @@
 //! Nothing leaks: many create/destroy cycles leave device memory (cuMemGetInfo) and host memory (VmRSS)
-//! where they started, within stated tolerances; and the helpers and the driver loader from 32 threads.
+//! where they started, within stated tolerances (communicators over every rank, one process per rank;
+//! streams, events and NCCL memory in one process); and the helpers and the driver loader from 32
+//! threads of one process.
 
 use std::sync::Barrier;
 use std::time::Instant;
@@ -9,30 +11,43 @@ use metrale_gpu_sys::nccl::*;
 
 use crate::common::*;
 
-/// Device and host memory before and after; fails beyond the tolerances (MiB).
+/// Device memory of every GPU this process uses and host memory, before and after; fails beyond the
+/// tolerances (MiB).
 struct Gauge {
     what: String,
-    dev: [usize; 2],
+    devices: Vec<i32>,
+    free: Vec<usize>,
     rss: usize,
     start: Instant,
 }
 
 impl Gauge {
-    fn start(what: &str) -> Gauge {
+    fn start(what: &str, devices: Vec<i32>) -> Gauge {
         Gauge {
             what: what.to_string(),
-            dev: [device_free(0), device_free(1)],
+            free: devices.iter().map(|&d| device_free(d)).collect(),
+            devices,
             rss: rss(),
             start: Instant::now(),
         }
     }
 
-    /// (device MiB lost on the worse GPU, host MiB grown), printed and checked.
-    fn finish(self, dev_tolerance_mib: f64, rss_tolerance_mib: f64) -> String {
-        let dev_lost = (0..2)
-            .map(|d| (self.dev[d] as f64 - device_free(d as i32) as f64) / MIB)
+    /// Measures (device MiB lost on the worse GPU, host MiB grown), calls `measured` (ranks that share
+    /// a GPU wait there until every one has measured), then prints and checks.
+    fn finish(
+        self,
+        dev_tolerance_mib: f64,
+        rss_tolerance_mib: f64,
+        measured: impl FnOnce(),
+    ) -> String {
+        let dev_lost = self
+            .devices
+            .iter()
+            .zip(&self.free)
+            .map(|(&d, &before)| (before as f64 - device_free(d) as f64) / MIB)
             .fold(f64::MIN, f64::max);
         let rss_grown = (rss() as f64 - self.rss as f64) / MIB;
+        measured();
         let line = format!(
             "{}: {:.1} s; device memory lost {dev_lost:.1} MiB (tolerance {dev_tolerance_mib} MiB), VmRSS grown {rss_grown:.1} MiB (tolerance {rss_tolerance_mib} MiB)",
             self.what,
@@ -48,11 +63,13 @@ impl Gauge {
     }
 }
 
-/// 100 000 stream and event create/destroy cycles, 1 000 `nccl_mem_alloc`/`nccl_mem_free` of 2 MiB.
+/// 100 000 stream and event create/destroy cycles, 1 000 `nccl_mem_alloc`/`nccl_mem_free` of 2 MiB, in
+/// one process, spread over every GPU of the host (no communicator: the rank count does not matter).
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
 fn no_leak_streams_events_nccl_memory() {
-    gpus();
+    let devices: Vec<i32> = (0..gpus() as i32).collect();
+    let on = |i: usize| devices[i % devices.len()];
     // Warm up: the driver's pools and NCCL's allocator state exist before the baseline.
     let cycle = |dev: i32| {
         let s = create_stream(dev).expect("create_stream");
@@ -65,13 +82,13 @@ fn no_leak_streams_events_nccl_memory() {
         }
     };
     for i in 0..1000 {
-        cycle(i % 2);
+        cycle(on(i));
     }
-    let g = Gauge::start("100000 stream+event cycles");
+    let g = Gauge::start("100000 stream+event cycles", devices.clone());
     for i in 0..100_000 {
-        cycle(i % 2);
+        cycle(on(i));
     }
-    let a = g.finish(8.0, 16.0);
+    let a = g.finish(8.0, 16.0, || {});
 
     let alloc = |dev: i32, i: usize| {
         let p = nccl_mem_alloc(dev, (2 << 20) + i % 7).expect("nccl_mem_alloc");
@@ -79,66 +96,89 @@ fn no_leak_streams_events_nccl_memory() {
         unsafe { nccl_mem_free(p) }.expect("nccl_mem_free");
     };
     for i in 0..10 {
-        alloc((i % 2) as i32, i);
+        alloc(on(i), i);
     }
-    let g = Gauge::start("1000 nccl_mem_alloc/free cycles of 2 MiB");
+    let g = Gauge::start("1000 nccl_mem_alloc/free cycles of 2 MiB", devices.clone());
     for i in 0..1000 {
-        alloc((i % 2) as i32, i);
+        alloc(on(i), i);
     }
-    let b = g.finish(8.0, 16.0);
+    let b = g.finish(8.0, 16.0, || {});
     measured(&format!("{a} | {b}"));
 }
 
-/// 100 cycles of a 2-GPU communicator: ncclCommInitAll, one all-reduce checked against the host (so
-/// connections are set up and torn down each time), ncclCommDestroy.
+/// Communicator cycles per rank after two to warm up (default 24: half reported, half checked, where a
+/// leak of 3 MiB a cycle in each process shows): each a fresh unique id, ncclCommInitRank over every
+/// rank, one all-reduce checked against the host (so connections are set up and torn down each time),
+/// ncclCommDestroy.
+const LEAK_CYCLES_VAR: &str = "METRALE_FAULT_LEAK_CYCLES";
+
+/// Cycles of a communicator over every rank, each rank in its own process: device memory (what
+/// cuMemGetInfo reports for the whole GPU, so the ranks that share it measure together, between
+/// barriers) and each process's VmRSS stay where they were.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
 fn no_leak_communicators() {
-    gpus();
-    const CYCLES: u64 = 100;
-    let cycle = |i: u64| {
-        let pair = Pair::init_all(1024);
-        pair.check_all_reduce(1000 + i)
-            .unwrap_or_else(|e| panic!("cycle {i}: {e}"));
-    };
-    // Warm up: NCCL's kernels, topology and plugins are loaded by the first communicator.
-    cycle(0);
-    cycle(1);
-    // The first half is reported; the second half is checked: a leak grows with every cycle, while
-    // malloc's per-thread arenas (NCCL starts threads per communicator) fill once and then stay.
-    let first = Gauge::start(&format!(
-        "first {} communicator cycles (reported)",
-        CYCLES / 2
-    ));
-    let rss_start = rss();
-    for i in 0..CYCLES / 2 {
-        cycle(2 + i);
-    }
-    println!(
-        "{}: VmRSS grew {:.1} MiB",
-        first.what,
-        (rss() as f64 - rss_start as f64) / MIB
-    );
-    let g = Gauge::start(&format!(
-        "next {} communicator init/all-reduce/destroy cycles",
-        CYCLES / 2
-    ));
-    for i in CYCLES / 2..CYCLES {
-        cycle(2 + i);
-    }
-    let line = g.finish(32.0, 64.0);
-    measured(&line);
+    ranks::test("leaks::no_leak_communicators").run_raw(|me| {
+        let cycles: usize = std::env::var(LEAK_CYCLES_VAR)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(24);
+        let cycle = |i: usize| {
+            let mut summed = Summed::new(me.join_id(&format!("cycle-{i}")), 1024);
+            summed
+                .check_all_reduce(1000 + i as u64)
+                .unwrap_or_else(|e| panic!("cycle {i}: {e}"));
+        };
+        // How many ranks share this rank's GPU: the device tolerance is per process.
+        me.publish(&format!("device.{}", me.rank), &me.device.to_le_bytes());
+        let sharing = (0..me.nranks)
+            .filter(|k| me.fetch(&format!("device.{k}")) == me.device.to_le_bytes())
+            .count();
+        // Warm up: NCCL's kernels, topology and plugins are loaded by the first communicator.
+        cycle(0);
+        cycle(1);
+        // The first half is reported; the second half is checked: a leak grows with every cycle, while
+        // malloc's per-thread arenas (NCCL starts threads per communicator) fill once and then stay.
+        // Every rank measures between two barriers, while no rank of its GPU is inside a cycle.
+        let half = cycles / 2;
+        let rss_start = rss();
+        for i in 0..half {
+            cycle(2 + i);
+        }
+        println!(
+            "first {half} communicator cycles (reported): VmRSS grew {:.1} MiB",
+            (rss() as f64 - rss_start as f64) / MIB
+        );
+        me.barrier("gauge-start");
+        let g = Gauge::start(
+            &format!(
+                "rank {} of {}: next {half} communicator init/all-reduce/destroy cycles ({sharing} ranks on GPU {})",
+                me.rank, me.nranks, me.device
+            ),
+            vec![me.device],
+        );
+        me.barrier("gauge-started");
+        for i in half..2 * half {
+            cycle(2 + i);
+        }
+        me.barrier("gauge-stop");
+        let line = g.finish(32.0 * sharing as f64, 64.0, || me.barrier("gauge-stopped"));
+        if me.rank == 0 {
+            measured(&line);
+        }
+    });
 }
 
 /// What a thread saw: the driver table's address, its current context, a unique id's bytes.
 type Seen = (usize, usize, Vec<u8>);
 
-/// 32 threads at once, from a barrier: the driver loaded once (every thread gets the same table), one
-/// primary context per device, and every helper working: streams, events, NCCL memory, unique ids.
+/// 32 threads of one process at once, from a barrier, spread over every GPU of the host: the driver
+/// loaded once (every thread gets the same table), one primary context per device, and every helper
+/// working: streams, events, NCCL memory, unique ids.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
 fn many_threads_share_one_driver_and_helpers_work() {
-    gpus();
+    let gpus = gpus();
     const THREADS: usize = 32;
     let barrier = Barrier::new(THREADS);
     let results: Vec<Result<Seen, String>> = std::thread::scope(|s| {
@@ -148,7 +188,7 @@ fn many_threads_share_one_driver_and_helpers_work() {
                 s.spawn(move || -> Result<Seen, String> {
                     barrier.wait();
                     let api = cuda::driver("thread").map_err(|e| e.to_string())?;
-                    let dev = (t % 2) as i32;
+                    let dev = (t % gpus) as i32;
                     let api2 = cuda::use_device(dev, "thread").map_err(|e| e.to_string())?;
                     let mut ctx = std::ptr::null_mut();
                     // SAFETY: writes one handle through a valid pointer.
@@ -212,13 +252,13 @@ fn many_threads_share_one_driver_and_helpers_work() {
     });
     let mut failures = Vec::new();
     let mut tables = Vec::new();
-    let mut contexts: [Vec<usize>; 2] = [Vec::new(), Vec::new()];
+    let mut contexts: Vec<Vec<usize>> = vec![Vec::new(); gpus];
     let mut ids = Vec::new();
     for (t, r) in results.into_iter().enumerate() {
         match r {
             Ok((table, ctx, id)) => {
                 tables.push(table);
-                contexts[t % 2].push(ctx);
+                contexts[t % gpus].push(ctx);
                 ids.push(id);
             }
             Err(e) => failures.push(format!("thread {t}: {e}")),
@@ -242,5 +282,5 @@ fn many_threads_share_one_driver_and_helpers_work() {
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), THREADS, "unique ids repeated across threads");
-    measured(&format!("{THREADS} threads x 20 rounds: one driver table, one context per GPU, every memset read back correct"));
+    measured(&format!("{THREADS} threads x 20 rounds over {gpus} GPU(s): one driver table, one context per GPU, every memset read back correct"));
 }

@@ -8,8 +8,9 @@ use std::time::Instant;
 use metrale_gpu_sys::cuda::{CUevent, CUstream};
 use metrale_gpu_sys::nccl::*;
 pub use metrale_gpu_testkit::devbuf::DevBuf;
-pub use metrale_gpu_testkit::gpu::{api, gpus};
+pub use metrale_gpu_testkit::gpu::{api, gpus, gpus_in_one_process, skip};
 pub use metrale_gpu_testkit::op::Op;
+pub use metrale_gpu_testkit::ranks::{self, Me};
 pub use metrale_gpu_testkit::world::{group, group_with, wait_comms, World};
 
 use crate::data::{self, Dtype, Rng};
@@ -199,8 +200,10 @@ impl<'a> Case<'a> {
     }
 }
 
-/// One collective on every rank of `world`: random input, poisoned outputs, the call on every rank in
-/// one group, then every rank's defined output compared with the host's answer.
+/// One collective on the ranks `world` drives (all of them, or this process's one): random input for
+/// every rank of the communicator (each process computes them all from the seed), poisoned outputs, the
+/// call on every local rank in one group, then each local rank's defined output compared with the
+/// host's answer.
 pub fn run_case(
     world: &World,
     case: Case,
@@ -214,59 +217,66 @@ pub fn run_case(
         in_place,
         seed,
     } = case;
-    let n = world.n();
+    let n = world.size;
+    let local = world.n();
     let es = dt.size;
     let (in_elems, out_elems) = coll.sizes(n, count);
     let inputs: Vec<Vec<u8>> = (0..n)
         .map(|r| dt.random(&mut Rng::new(data::seed(seed, r)), in_elems))
         .collect();
 
-    // Buffers and layouts: (input buffer, input offset, output buffer, output offset) in bytes.
+    // Buffers and layouts, per local rank i: (input buffer, input offset, output buffer, output
+    // offset), buffers as indices into `bufs`, offsets in bytes.
     let mut owned: Vec<DevBuf> = Vec::new();
-    let mut layout: Vec<(usize, usize, usize, usize)> = Vec::new(); // indices into `bufs` + offsets
     let mut bufs: Vec<&DevBuf> = Vec::new();
     let given = match buffers {
         Buffers::Given(g) => Some(g),
         Buffers::Fresh => None,
     };
-    if given.is_none() {
-        for r in 0..n {
-            let dev = world.devs[r];
-            if in_place {
-                let (elems, _, _) = coll.in_place_layout(n, count, r);
-                owned.push(DevBuf::cuda(dev, elems * es));
-            } else {
-                owned.push(DevBuf::cuda(dev, in_elems * es));
-                owned.push(DevBuf::cuda(dev, out_elems * es));
+    match given {
+        None => {
+            for i in 0..local {
+                let dev = world.devs[i];
+                if in_place {
+                    let (elems, _, _) = coll.in_place_layout(n, count, world.ranks[i]);
+                    owned.push(DevBuf::cuda(dev, elems * es));
+                } else {
+                    owned.push(DevBuf::cuda(dev, in_elems * es));
+                    owned.push(DevBuf::cuda(dev, out_elems * es));
+                }
+            }
+            bufs.extend(owned.iter());
+        }
+        Some(g) => {
+            for &(i, o) in g {
+                bufs.push(i);
+                bufs.push(o);
             }
         }
-        bufs.extend(owned.iter());
-    } else if let Some(g) = given {
-        for &(i, o) in g {
-            bufs.push(i);
-            bufs.push(o);
-        }
     }
-    for r in 0..n {
-        let (input, output) = match (&given, in_place) {
-            (None, true) => (r, r),
-            (None, false) => (2 * r, 2 * r + 1),
-            (Some(_), true) => (2 * r + 1, 2 * r + 1),
-            (Some(_), false) => (2 * r, 2 * r + 1),
-        };
-        let (in_off, out_off) = if in_place {
-            let (_, i, o) = coll.in_place_layout(n, count, r);
-            (i * es, o * es)
-        } else {
-            (0, 0)
-        };
-        layout.push((input, in_off, output, out_off));
-    }
+    let layout: Vec<(usize, usize, usize, usize)> = (0..local)
+        .map(|i| {
+            let (input, output) = match (&given, in_place) {
+                (None, true) => (i, i),
+                (None, false) => (2 * i, 2 * i + 1),
+                (Some(_), true) => (2 * i + 1, 2 * i + 1),
+                (Some(_), false) => (2 * i, 2 * i + 1),
+            };
+            let (in_off, out_off) = if in_place {
+                let (_, a, b) = coll.in_place_layout(n, count, world.ranks[i]);
+                (a * es, b * es)
+            } else {
+                (0, 0)
+            };
+            (input, in_off, output, out_off)
+        })
+        .collect();
 
     // Poison every output, then upload every input (in place: the input overwrites its slot).
-    for r in 0..n {
-        let (input, in_off, output, out_off) = layout[r];
-        let s = world.streams[r];
+    for i in 0..local {
+        let r = world.ranks[i];
+        let (input, in_off, output, out_off) = layout[i];
+        let s = world.streams[i];
         let span = if in_place {
             coll.in_place_layout(n, count, r).0 * es
         } else {
@@ -279,17 +289,17 @@ pub fn run_case(
         }
     }
 
-    // The reduction ops of a pre-multiplied sum, made per rank before the group.
+    // The reduction ops of a pre-multiplied sum, made per local rank before the group.
     let mut scalar_bufs: Vec<DevBuf> = Vec::new();
     let mut ops: Vec<NcclRedOp> = Vec::new();
     if let Some(p) = premul {
-        for r in 0..n {
-            let mut bytes = dt.encode_exact(p.scalars[r]);
+        for i in 0..local {
+            let mut bytes = dt.encode_exact(p.scalars[world.ranks[i]]);
             let mut op = NcclRedOp::ncclSum;
             let (ptr, residence) = if p.on_device {
-                let b = DevBuf::cuda(world.devs[r], bytes.len());
-                b.upload(0, &bytes, world.streams[r]);
-                sync(world.streams[r]).map_err(|e| e.to_string())?;
+                let b = DevBuf::cuda(world.devs[i], bytes.len());
+                b.upload(0, &bytes, world.streams[i]);
+                sync(world.streams[i]).map_err(|e| e.to_string())?;
                 let ptr = b.at(0);
                 scalar_bufs.push(b);
                 (ptr, ncclScalarResidence_t::ncclScalarDevice)
@@ -303,7 +313,7 @@ pub fn run_case(
                 // SAFETY: the scalar holds one element of dt: host memory read before the call returns,
                 // or device memory kept alive (scalar_bufs) until the collective has completed.
                 unsafe {
-                    ncclRedOpCreatePreMulSum(&mut op, ptr, dt.nccl, residence, world.comms[r])
+                    ncclRedOpCreatePreMulSum(&mut op, ptr, dt.nccl, residence, world.comms[i])
                 },
                 "ncclRedOpCreatePreMulSum",
             )
@@ -316,15 +326,15 @@ pub fn run_case(
         .iter()
         .map(|&(i, io, o, oo)| (bufs[i].at(io), bufs[o].at(oo)))
         .collect();
-    let launched = world.group(&coll.name(), |r| {
-        let (send, recv) = ptrs[r];
-        let (comm, s, t) = (world.comms[r], world.streams[r], dt.nccl);
+    let launched = world.group(&coll.name(), |i| {
+        let (send, recv) = ptrs[i];
+        let (comm, s, t, r) = (world.comms[i], world.streams[i], dt.nccl, world.ranks[i]);
         // SAFETY: send and recv hold the element counts this collective reads and writes on rank r
         // (Coll::sizes / in_place_layout), on the communicator's device, with that device's stream.
         unsafe {
             match coll {
                 Coll::AllReduce(op) => ncclAllReduce(send, recv, count, t, op.nccl(), comm, s),
-                Coll::PreMulSum => ncclAllReduce(send, recv, count, t, ops[r], comm, s),
+                Coll::PreMulSum => ncclAllReduce(send, recv, count, t, ops[i], comm, s),
                 Coll::ReduceScatter(op) => {
                     ncclReduceScatter(send, recv, count, t, op.nccl(), comm, s)
                 }
@@ -354,10 +364,10 @@ pub fn run_case(
     });
     // Whatever happened, wait for the streams before buffers and ops go away.
     let synced: Result<(), GpuError> = world.streams.iter().try_for_each(|&s| sync(s));
-    for (r, &op) in ops.iter().enumerate() {
+    for (i, &op) in ops.iter().enumerate() {
         check_nccl(
             // SAFETY: the op was made for this communicator; the collective that used it has completed.
-            unsafe { ncclRedOpDestroy(op, world.comms[r]) },
+            unsafe { ncclRedOpDestroy(op, world.comms[i]) },
             "ncclRedOpDestroy",
         )
         .map_err(|e| e.to_string())?;
@@ -367,12 +377,13 @@ pub fn run_case(
 
     let slice = |r: usize, from: usize, elems: usize| &inputs[r][from * es..(from + elems) * es];
     let mut errors = Vec::new();
-    for r in 0..n {
+    for i in 0..local {
+        let r = world.ranks[i];
         if !coll.output_defined(r) {
             continue;
         }
-        let (_, _, output, out_off) = layout[r];
-        let got = bufs[output].download(out_off, out_elems * es, world.streams[r]);
+        let (_, _, output, out_off) = layout[i];
+        let got = bufs[output].download(out_off, out_elems * es, world.streams[i]);
         // Every rank's input, in rank order: an all-gather's output, and a gather's at the root.
         let gathered = || {
             let expected: Vec<u8> = (0..n).flat_map(|k| slice(k, 0, count).to_vec()).collect();
@@ -417,6 +428,16 @@ pub fn run_case(
         Ok(())
     } else {
         Err(errors.join(" | "))
+    }
+}
+
+/// `at_two` for a communicator of up to 2 ranks, `beyond` for more: sizes that keep a test short where
+/// many ranks share one GPU and talk over loopback sockets.
+pub fn sized(world: &World, at_two: usize, beyond: usize) -> usize {
+    if world.size <= 2 {
+        at_two
+    } else {
+        beyond
     }
 }
 

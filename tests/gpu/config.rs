@@ -1,18 +1,18 @@
-//! `ncclConfig_t` through `ncclCommInitRankConfig`: the default, non-blocking communicators, the fields
-//! NCCL reports, and configs NCCL must refuse.
-
-use std::time::Duration;
+//! `ncclConfig_t` through `ncclCommInitRankConfig`, one process per rank: the default, non-blocking
+//! communicators, the fields NCCL reports; and configs NCCL must refuse (one process, 1-rank
+//! communicators).
 
 use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
 
-use metrale_gpu_testkit::child;
+use metrale_gpu_testkit::ranks::Job;
 
 use crate::common::*;
 use crate::data;
 
 fn smoke_cases(world: &World, tally: &mut Tally, seed: u64) {
-    for (i, count) in [1usize, 65_539, (4 << 20) + 1].into_iter().enumerate() {
+    let counts = [1usize, 65_539, sized(world, (4 << 20) + 1, 65_539 + 8)];
+    for (i, count) in counts.into_iter().enumerate() {
         let s = seed + i as u64;
         let f32 = &data::FLOAT32;
         for case in [
@@ -26,69 +26,67 @@ fn smoke_cases(world: &World, tally: &mut Tally, seed: u64) {
 }
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
 fn config_default_init_rank_config() {
-    let n = gpus();
-    let config = NcclConfig::default();
-    assert_eq!(
-        config.size,
-        std::mem::size_of::<NcclConfig>(),
-        "config.size"
-    );
-    assert_eq!(config.magic, 0xcafe_beef, "config.magic");
-    assert_eq!(config.blocking, NCCL_CONFIG_UNDEF_INT, "config.blocking");
-    let (world, end) =
-        World::init_config(n, |_| NcclConfig::default()).expect("init with the default");
-    assert_eq!(
-        end,
-        NcclResult::ncclSuccess,
-        "ncclGroupEnd of a blocking init"
-    );
-    let mut tally = Tally::new();
-    smoke_cases(&world, &mut tally, 5000);
-    tally.finish("config_default_init_rank_config");
+    ranks::test("config::config_default_init_rank_config").run_raw(|me| {
+        let config = NcclConfig::default();
+        assert_eq!(
+            config.size,
+            std::mem::size_of::<NcclConfig>(),
+            "config.size"
+        );
+        assert_eq!(config.magic, 0xcafe_beef, "config.magic");
+        assert_eq!(config.blocking, NCCL_CONFIG_UNDEF_INT, "config.blocking");
+        let (world, res) = me.join_config(config).expect("init with the default");
+        assert_eq!(res, NcclResult::ncclSuccess, "a blocking init's status");
+        let mut tally = Tally::new();
+        smoke_cases(&world, &mut tally, 5000);
+        tally.finish("config_default_init_rank_config");
+    });
 }
 
 /// `blocking = 0`: init and collectives return `ncclInProgress` and complete by polling
 /// `ncclCommGetAsyncError`; finalize too.
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
 fn config_nonblocking_in_progress_polling() {
-    let n = gpus();
-    let (mut world, end) = World::init_config(n, |_| NcclConfig {
-        blocking: 0,
-        ..NcclConfig::default()
-    })
-    .expect("non-blocking init");
-    println!("non-blocking init: ncclGroupEnd returned {:?}", end);
-    assert_eq!(
-        end,
-        NcclResult::ncclInProgress,
-        "a non-blocking init returns ncclInProgress"
-    );
-    assert!(!world.blocking);
-    let mut tally = Tally::new();
-    smoke_cases(&world, &mut tally, 5100);
-    println!(
-        "non-blocking collectives: {} of the groups returned ncclInProgress and were polled to completion",
-        world.in_progress_seen.get()
-    );
-    world.sync_all().expect("sync every stream");
-    // Finalize is non-blocking too: in a group, then polled, then destroy.
-    let comms = world.comms.clone();
-    let fin = group_with("ncclCommFinalize", n, false, |r| {
-        // SAFETY: a live, idle communicator, finalized once.
-        unsafe { ncclCommFinalize(comms[r]) }
-    })
-    .expect("ncclCommFinalize");
-    println!("non-blocking finalize: ncclGroupEnd returned {fin:?}");
-    wait_comms(&comms, "ncclCommFinalize").expect("finalize completes");
-    for &c in &comms {
-        // SAFETY: finalized above, destroyed once; the world forgets it below.
-        check_nccl(unsafe { ncclCommDestroy(c) }, "ncclCommDestroy").expect("destroy");
-    }
-    world.forget_comms();
-    tally.finish("config_nonblocking_in_progress_polling");
+    ranks::test("config::config_nonblocking_in_progress_polling").run_raw(|me| {
+        let (mut world, res) = me
+            .join_config(NcclConfig {
+                blocking: 0,
+                ..NcclConfig::default()
+            })
+            .expect("non-blocking init");
+        println!("non-blocking init returned {res:?}");
+        assert_eq!(
+            res,
+            NcclResult::ncclInProgress,
+            "a non-blocking init returns ncclInProgress"
+        );
+        assert!(!world.blocking);
+        let mut tally = Tally::new();
+        smoke_cases(&world, &mut tally, 5100);
+        println!(
+            "non-blocking collectives: {} of the groups returned ncclInProgress and were polled to completion",
+            world.in_progress_seen.get()
+        );
+        world.sync_all().expect("sync every stream");
+        // Finalize is non-blocking too: in a group, then polled, then destroy.
+        let comms = world.comms.clone();
+        let fin = group_with("ncclCommFinalize", comms.len(), false, |i| {
+            // SAFETY: a live, idle communicator, finalized once.
+            unsafe { ncclCommFinalize(comms[i]) }
+        })
+        .expect("ncclCommFinalize");
+        println!("non-blocking finalize: ncclGroupEnd returned {fin:?}");
+        wait_comms(&comms, "ncclCommFinalize").expect("finalize completes");
+        for &c in &comms {
+            // SAFETY: finalized above, destroyed once; the world forgets it below.
+            check_nccl(unsafe { ncclCommDestroy(c) }, "ncclCommDestroy").expect("destroy");
+        }
+        world.forget_comms();
+        tally.finish("config_nonblocking_in_progress_polling");
+    });
 }
 
 /// What NCCL logs when it takes a config field: `Comm config <label> set to <value>` (NCCL_DEBUG
@@ -103,67 +101,75 @@ const REPORTED: [(&str, &str); 6] = [
 ];
 
 /// commName, netName ("Socket"), minCTAs/maxCTAs, splitShare and CTAPolicy are accepted, and take
-/// effect where NCCL reports them (its INFO log, read from a child process started with NCCL_DEBUG=INFO).
+/// effect where NCCL reports them (its INFO log, read from every rank, started with NCCL_DEBUG=INFO).
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
 fn config_fields_take_effect() {
-    let n = gpus();
+    const TEST: &str = "config::config_fields_take_effect";
+    if let Some(me) = Me::get(TEST) {
+        config_rank(&me);
+        me.done();
+        return;
+    }
+    let plan = ranks::plan();
     let env = [
         ("NCCL_DEBUG", "INFO".to_string()),
         ("NCCL_DEBUG_SUBSYS", "INIT,ENV,NET".to_string()),
     ];
-    let mut env = env.to_vec();
-    env.push((child::NRANKS, n.to_string()));
-    let done = child::wait_all(
-        vec![child::spawn("config", "config", &env)],
-        Duration::from_secs(180),
-    );
-    child::expect_success("config child", &done);
-    let log = &done[0].output;
+    let done = Job::start(TEST, plan, &env).wait(ranks::limit());
+    ranks::expect_ranks_ok(TEST, &plan, &done);
 
     let mut problems = Vec::new();
-    // netName = "Socket": the network NCCL chose.
-    let networks: Vec<&str> = log
-        .lines()
-        .filter_map(|l| l.split("Using network ").nth(1))
-        .collect();
-    println!("networks NCCL used: {networks:?}");
-    if networks.is_empty() || networks.iter().any(|n| n.trim() != "Socket") {
-        problems.push(format!("netName Socket: NCCL used {networks:?}"));
-    }
-    // minCTAs/maxCTAs: the channels of every communicator lie in [2, 4].
-    let channels: Vec<usize> = log
-        .lines()
-        .filter_map(|l| {
-            l.split(" coll channels")
-                .next()
-                .filter(|_| l.contains(" coll channels"))
-        })
-        .filter_map(|head| head.split_whitespace().last()?.parse().ok())
-        .collect();
-    println!("coll channels per communicator: {channels:?}");
-    if channels.is_empty() || channels.iter().any(|&c| !(2..=4).contains(&c)) {
-        problems.push(format!(
-            "minCTAs 2 / maxCTAs 4: coll channels {channels:?} (none reported, or outside [2, 4])"
-        ));
-    }
-    // Each field, where this NCCL reports its config.
-    let reports = log.contains("Comm config ");
-    for (label, value) in REPORTED {
-        let want = format!("Comm config {label} set to {value}");
-        let seen = log.contains(&want);
-        println!(
-            "{label:<17} {}",
-            if seen {
-                "reported as set".to_string()
-            } else if reports {
-                format!("NOT reported (expected '{want}')")
-            } else {
-                "this NCCL does not report config fields".to_string()
+    for f in &done {
+        let log = &f.output;
+        // netName = "Socket": the network NCCL chose.
+        let networks: Vec<&str> = log
+            .lines()
+            .filter_map(|l| l.split("Using network ").nth(1))
+            .collect();
+        println!("{}: networks NCCL used: {networks:?}", f.name);
+        if networks.is_empty() || networks.iter().any(|n| n.trim() != "Socket") {
+            problems.push(format!(
+                "{}: netName Socket: NCCL used {networks:?}",
+                f.name
+            ));
+        }
+        // minCTAs/maxCTAs: the channels of every communicator lie in [2, 4].
+        let channels: Vec<usize> = log
+            .lines()
+            .filter_map(|l| {
+                l.split(" coll channels")
+                    .next()
+                    .filter(|_| l.contains(" coll channels"))
+            })
+            .filter_map(|head| head.split_whitespace().last()?.parse().ok())
+            .collect();
+        println!("{}: coll channels per communicator: {channels:?}", f.name);
+        if channels.is_empty() || channels.iter().any(|&c| !(2..=4).contains(&c)) {
+            problems.push(format!(
+                "{}: minCTAs 2 / maxCTAs 4: coll channels {channels:?} (none reported, or outside [2, 4])",
+                f.name
+            ));
+        }
+        // Each field, where this NCCL reports its config.
+        let reports = log.contains("Comm config ");
+        for (label, value) in REPORTED {
+            let want = format!("Comm config {label} set to {value}");
+            let seen = log.contains(&want);
+            println!(
+                "{}: {label:<17} {}",
+                f.name,
+                if seen {
+                    "reported as set".to_string()
+                } else if reports {
+                    format!("NOT reported (expected '{want}')")
+                } else {
+                    "this NCCL does not report config fields".to_string()
+                }
+            );
+            if reports && !seen {
+                problems.push(format!("{}: '{want}' missing from NCCL's log", f.name));
             }
-        );
-        if reports && !seen {
-            problems.push(format!("'{want}' missing from NCCL's log"));
         }
     }
     assert!(
@@ -173,48 +179,48 @@ fn config_fields_take_effect() {
     );
 }
 
-/// The child of `config_fields_take_effect`: every GPU in one process, with the config set.
-pub fn config_child() {
-    let n = child::number(child::NRANKS);
-    let (world, _) = World::init_config(n, |_| NcclConfig {
-        commName: c"metrale-gpu-config".as_ptr(),
-        netName: c"Socket".as_ptr(),
-        minCTAs: 2,
-        maxCTAs: 4,
-        splitShare: 1,
-        CTAPolicy: NCCL_CTA_POLICY_EFFICIENCY as i32,
-        ..NcclConfig::default()
-    })
-    .expect("init with the config");
+/// A rank of `config_fields_take_effect`: its communicator with the config set, then a split of it.
+fn config_rank(me: &Me) {
+    let (world, _) = me
+        .join_config(NcclConfig {
+            commName: c"metrale-gpu-config".as_ptr(),
+            netName: c"Socket".as_ptr(),
+            minCTAs: 2,
+            maxCTAs: 4,
+            splitShare: 1,
+            CTAPolicy: NCCL_CTA_POLICY_EFFICIENCY as i32,
+            ..NcclConfig::default()
+        })
+        .expect("init with the config");
     let mut tally = Tally::new();
     smoke_cases(&world, &mut tally, 5200);
     // A split inherits the config (NULL config) and, with splitShare, shares the parent's resources.
-    let mut split = vec![std::ptr::null_mut(); n];
-    group("ncclCommSplit", n, |r| {
-        // SAFETY: a live parent; writes one handle; a NULL config inherits the parent's.
-        unsafe {
-            ncclCommSplit(
-                world.comms[r],
-                0,
-                r as i32,
-                &mut split[r],
-                std::ptr::null_mut(),
-            )
-        }
-    })
-    .expect("split with splitShare");
+    let mut split = vec![std::ptr::null_mut(); world.n()];
+    world
+        .group("ncclCommSplit", |i| {
+            // SAFETY: a live parent; writes one handle; a NULL config inherits the parent's.
+            unsafe {
+                ncclCommSplit(
+                    world.comms[i],
+                    0,
+                    world.ranks[i] as i32,
+                    &mut split[i],
+                    std::ptr::null_mut(),
+                )
+            }
+        })
+        .expect("split with splitShare");
     let child = World::from_comms(split, true);
     smoke_cases(&child, &mut tally, 5300);
     drop(child);
     drop(world);
-    tally.finish("config child");
-    println!("CONFIG CHILD OK");
+    tally.finish("config rank");
 }
 
 /// A config whose magic or size is wrong is refused with ncclInvalidArgument, before any
 /// communication (a 1-rank communicator, so that nothing could hang).
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
 fn config_bad_magic_or_size_refused() {
     gpus();
     cuda::use_device(0, "config test").expect("use_device");

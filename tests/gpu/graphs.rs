@@ -1,4 +1,5 @@
-//! A collective captured into a CUDA graph on streams from the crate's helper, then replayed.
+//! A collective captured into a CUDA graph on streams from the crate's helper, then replayed, one
+//! process per rank.
 
 use metrale_gpu_sys::cuda::{self, CUgraph, CUgraphExec, CUstreamCaptureMode};
 use metrale_gpu_sys::nccl::*;
@@ -7,24 +8,28 @@ use crate::common::*;
 use crate::data::{self, Rng};
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
 fn cuda_graph_capture_and_replay() {
-    let n = gpus();
-    let world = World::init_all(n);
+    ranks::test("graphs::cuda_graph_capture_and_replay").run(|_, world| capture_and_replay(world));
+}
+
+fn capture_and_replay(world: &World) {
+    let n = world.n();
     let api = api();
     let dt = &data::FLOAT32;
-    const COUNT: usize = (32 << 20) / 4 + 3;
+    // Elements per rank: 32 MiB of floats and 3, a few MiB beyond 2 ranks.
+    let count = sized(world, (32 << 20) / 4 + 3, (2 << 20) / 4 + 3);
     let send: Vec<DevBuf> = (0..n)
-        .map(|r| DevBuf::cuda(world.devs[r], COUNT * 4))
+        .map(|r| DevBuf::cuda(world.devs[r], count * 4))
         .collect();
     let recv: Vec<DevBuf> = (0..n)
-        .map(|r| DevBuf::cuda(world.devs[r], COUNT * 4))
+        .map(|r| DevBuf::cuda(world.devs[r], count * 4))
         .collect();
 
     // Warm-up outside the capture: connections are made.
     let mut tally = Tally::new();
     tally.case(
-        &world,
+        world,
         Case::new(Coll::AllReduce(Op::Sum), dt, 1001, false, 12_000),
     );
 
@@ -51,12 +56,12 @@ fn cuda_graph_capture_and_replay() {
     }
     if errors.is_empty() {
         let res = group("ncclAllReduce (captured)", n, |r| {
-            // SAFETY: both buffers hold COUNT floats on the communicator's device; the stream is capturing.
+            // SAFETY: both buffers hold count floats on the communicator's device; the stream is capturing.
             unsafe {
                 ncclAllReduce(
                     send[r].at(0),
                     recv[r].at(0),
-                    COUNT,
+                    count,
                     dt.nccl,
                     Op::Sum.nccl(),
                     world.comms[r],
@@ -96,11 +101,11 @@ fn cuda_graph_capture_and_replay() {
 
     // Replays: new input each time, output poisoned each time.
     for replay in 0..3u64 {
-        let inputs: Vec<Vec<u8>> = (0..n)
-            .map(|k| dt.random(&mut Rng::new(data::seed(12_100 + replay, k)), COUNT))
+        let inputs: Vec<Vec<u8>> = (0..world.size)
+            .map(|k| dt.random(&mut Rng::new(data::seed(12_100 + replay, k)), count))
             .collect();
         for r in 0..n {
-            send[r].upload(0, &inputs[r], world.streams[r]);
+            send[r].upload(0, &inputs[world.ranks[r]], world.streams[r]);
             recv[r].fill(0, recv[r].bytes, POISON, world.streams[r]);
         }
         for r in 0..n {
@@ -115,10 +120,13 @@ fn cuda_graph_capture_and_replay() {
         world.sync_all().expect("sync every stream");
         let ins: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
         for r in 0..n {
-            let got = recv[r].download(0, COUNT * 4, world.streams[r]);
+            let got = recv[r].download(0, count * 4, world.streams[r]);
             let v = data::check_reduce(dt, Op::Sum, &ins, &got);
             tally.record(
-                &format!("graph replay {replay} rank {r}: {COUNT} floats"),
+                &format!(
+                    "graph replay {replay} rank {}: {count} floats",
+                    world.ranks[r]
+                ),
                 v,
             );
         }

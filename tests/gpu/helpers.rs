@@ -1,5 +1,5 @@
-//! The crate's stream and event helpers, from a fresh thread per GPU (one communicator each, made with
-//! ncclCommInitRank as separate processes would).
+//! The crate's stream and event helpers, in one process per rank (each its own communicator, made with
+//! ncclCommInitRank).
 
 use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
@@ -7,10 +7,14 @@ use metrale_gpu_sys::nccl::*;
 use crate::common::*;
 use crate::data::{self, Rng};
 
-const COUNT: usize = (256 << 20) / 4 + 3;
+/// Floats of the checked all-reduce.
+const COUNT: usize = (4 << 20) / 4 + 3;
+/// Floats of each of the all-reduces that keep the stream busy (not checked: any data will do).
+const BUSY_COUNT: usize = (64 << 20) / 4;
 
-fn per_gpu(rank: usize, n: usize, id: NcclUniqueId) -> Result<Vec<String>, String> {
-    let dev = rank as i32;
+fn per_rank(me: &Me) -> Result<Vec<String>, String> {
+    let (rank, n, dev) = (me.rank, me.nranks, me.device);
+    let id = me.share_id("helpers-id", 0);
     let mut notes = Vec::new();
     // Many streams and events, created and destroyed.
     for _ in 0..32 {
@@ -44,16 +48,25 @@ fn per_gpu(rank: usize, n: usize, id: NcclUniqueId) -> Result<Vec<String>, Strin
     y.fill(0, y.bytes, POISON, consumer);
     sync(consumer).map_err(|e| e.to_string())?;
 
-    // An all-reduce of x in place on the producer stream.
-    let all_reduce = |op: Op| {
-        // SAFETY: x holds COUNT floats on this device; the stream is this device's.
-        let res =
-            unsafe { ncclAllReduce(x.at(0), x.at(0), COUNT, dt.nccl, op.nccl(), comm, producer) };
+    // An all-reduce of `buf` in place on the producer stream.
+    let all_reduce = |buf: &DevBuf, op: Op| {
+        // SAFETY: buf holds bytes / 4 floats on this device; the stream is this device's.
+        let res = unsafe {
+            ncclAllReduce(
+                buf.at(0),
+                buf.at(0),
+                buf.bytes / 4,
+                dt.nccl,
+                op.nccl(),
+                comm,
+                producer,
+            )
+        };
         check_nccl(res, "ncclAllReduce").map_err(|e| e.to_string())
     };
     // Producer: upload, all-reduce in place; event; consumer waits for it, then copies x to y.
     x.upload(0, &inputs[rank], producer);
-    all_reduce(Op::Sum)?;
+    all_reduce(&x, Op::Sum)?;
     record(event, producer).map_err(|e| e.to_string())?;
     wait_event(consumer, event).map_err(|e| e.to_string())?;
     check_cuda(
@@ -73,8 +86,10 @@ fn per_gpu(rank: usize, n: usize, id: NcclUniqueId) -> Result<Vec<String>, Strin
     ));
 
     // stream_ready: false while 16 large all-reduces run, true after sync_stream.
+    let busy_buf = DevBuf::cuda(dev, BUSY_COUNT * 4);
+    busy_buf.fill(0, busy_buf.bytes, 0, producer);
     for _ in 0..16 {
-        all_reduce(Op::Max)?;
+        all_reduce(&busy_buf, Op::Max)?;
     }
     let busy = ready(producer).map_err(|e| e.to_string())?;
     sync(producer).map_err(|e| e.to_string())?;
@@ -88,6 +103,7 @@ fn per_gpu(rank: usize, n: usize, id: NcclUniqueId) -> Result<Vec<String>, Strin
         ));
     }
 
+    drop(busy_buf);
     drop(x);
     drop(y);
     // SAFETY: idle communicator, destroyed once.
@@ -99,29 +115,14 @@ fn per_gpu(rank: usize, n: usize, id: NcclUniqueId) -> Result<Vec<String>, Strin
 }
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
-fn helpers_streams_events_thread_per_gpu() {
-    let n = gpus();
-    let id = NcclUniqueId::new().expect("ncclGetUniqueId");
-    let threads: Vec<_> = (0..n)
-        .map(|r| {
-            std::thread::Builder::new()
-                .name(format!("gpu{r}"))
-                .spawn(move || per_gpu(r, n, id))
-                .expect("spawn a thread")
-        })
-        .collect();
-    let mut failures = Vec::new();
-    for (r, t) in threads.into_iter().enumerate() {
-        match t.join() {
-            Ok(Ok(notes)) => {
-                for note in notes {
-                    println!("GPU {r} thread: {note}");
-                }
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
+fn helpers_streams_and_events() {
+    ranks::test("helpers::helpers_streams_and_events").run_raw(|me| match per_rank(me) {
+        Ok(notes) => {
+            for note in notes {
+                println!("rank {}: {note}", me.rank);
             }
-            Ok(Err(e)) => failures.push(format!("GPU {r} thread: {e}")),
-            Err(_) => failures.push(format!("GPU {r} thread panicked")),
         }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+        Err(e) => panic!("rank {}: {e}", me.rank),
+    });
 }

@@ -1,7 +1,10 @@
 //! The GPU suite: every binding exercised on real GPUs, every result compared with values computed on
-//! the host. It needs 2 GPUs, so every GPU test is `#[ignore]`d: plain `cargo test` (CI, no GPU) skips
-//! them, and `ci/gpu-run.sh` runs them on a GPU machine (`--run-ignored only`). A GPU test that finds
-//! fewer than 2 GPUs fails and says so.
+//! the host. Most tests run one process per rank (the testkit's `ranks`): `METRALE_TEST_RANKS` ranks
+//! (default 2) on whatever GPUs the host has, ranks that share a GPU on simulated hosts
+//! (`METRALE_TEST_PLACEMENT`; see the testkit's `placement`). `fixed.rs` holds the tests of a fixed rank
+//! count. A test that needs several GPUs in one process prints `SKIP <test>: ...` and passes where the
+//! host has fewer; a GPU test that finds no GPU fails and says so. Every GPU test is `#[ignore]`d:
+//! plain `cargo test` (CI, no GPU) skips them, and `ci/gpu-run.sh` runs them on a GPU machine.
 //!
 //! The host-only parts (the data types and the checks) are ordinary tests and run anywhere.
 // MiB, GiB as constants; rank-indexed loops over parallel per-rank vectors.
@@ -9,9 +12,11 @@
 
 mod collectives;
 mod comm_life;
+mod comm_make;
 mod common;
 mod config;
 mod data;
+mod fixed;
 mod graphs;
 mod helpers;
 mod memory;
@@ -19,7 +24,6 @@ mod multiprocess;
 mod stale_copy;
 
 use metrale_gpu_sys::version::{self, NcclVersion};
-use metrale_gpu_testkit::child;
 
 /// The loaded libnccl against the headers. With `METRALE_EXPECT_NCCL=<version>` (the GPU runner sets it
 /// while it looks for the library on the GPU machine) the library must be exactly that version;
@@ -41,18 +45,5 @@ fn nccl_library_matches_headers() {
         Err(_) => {
             version::check_library_version().expect("a libnccl not older than the headers");
         }
-    }
-}
-
-/// Not a test: the entry point of the child processes that the multi-process and config tests start
-/// (the test binary runs itself with the role in its environment). Run by hand, it does nothing.
-#[test]
-#[ignore = "entry point of the child processes the GPU tests start; does nothing by itself"]
-fn child_entry() {
-    match child::role().as_deref() {
-        Some("mp") => multiprocess::mp_child(),
-        Some("config") => config::config_child(),
-        Some(other) => panic!("unknown child role {other:?}"),
-        None => println!("not a child process ({} unset): nothing to do", child::ROLE),
     }
 }

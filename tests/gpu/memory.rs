@@ -1,5 +1,5 @@
-//! NCCL's allocator and buffer registration: nccl_mem_alloc up to GiBs, ncclCommRegister and
-//! ncclCommWindowRegister buffers used in collectives.
+//! NCCL's allocator and buffer registration: nccl_mem_alloc up to GiBs on every GPU (one process), and
+//! ncclCommRegister and ncclCommWindowRegister buffers used in collectives (one process per rank).
 
 use std::os::raw::c_void;
 
@@ -13,7 +13,7 @@ const MiB: usize = 1 << 20;
 const GiB: usize = 1 << 30;
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
 fn nccl_mem_alloc_sizes() {
     let n = gpus();
     for dev in 0..n as i32 {
@@ -89,6 +89,12 @@ fn nccl_buffers(world: &World, cap: usize) -> Vec<(DevBuf, DevBuf)> {
         .collect()
 }
 
+/// Bytes per rank of the registered buffers: 128 MiB, 1 MiB beyond 2 ranks (many ranks on one GPU
+/// over sockets).
+fn registered_bytes(world: &World) -> usize {
+    sized(world, 128 * MiB, MiB)
+}
+
 /// The cases run on registered buffers of `cap` bytes per rank.
 fn registered_cases(
     world: &World,
@@ -97,7 +103,7 @@ fn registered_cases(
     cap: usize,
     seed: u64,
 ) {
-    let n = world.n();
+    let n = world.size;
     let f32 = &data::FLOAT32;
     let cases: Vec<(Coll, &data::Dtype, usize, bool)> = vec![
         (Coll::AllReduce(Op::Sum), f32, 1, false),
@@ -123,81 +129,86 @@ fn registered_cases(
 }
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
 fn registered_buffers_in_collectives() {
-    let n = gpus();
-    let world = World::init_all(n);
-    let cap = 128 * MiB;
-    let bufs = nccl_buffers(&world, cap);
-    let mut handles: Vec<*mut c_void> = Vec::new();
-    for (r, (a, b)) in bufs.iter().enumerate() {
-        for buf in [a, b] {
-            let mut handle = std::ptr::null_mut();
-            // SAFETY: a live communicator; the buffer holds `cap` bytes on its device; writes one handle.
-            check_nccl(
-                unsafe { ncclCommRegister(world.comms[r], buf.at(0), cap, &mut handle) },
-                "ncclCommRegister",
-            )
-            .expect("ncclCommRegister");
-            handles.push(handle);
+    ranks::test("memory::registered_buffers_in_collectives").run(|_, world| {
+        let cap = registered_bytes(world);
+        let bufs = nccl_buffers(world, cap);
+        let mut handles: Vec<*mut c_void> = Vec::new();
+        for (r, (a, b)) in bufs.iter().enumerate() {
+            for buf in [a, b] {
+                let mut handle = std::ptr::null_mut();
+                // SAFETY: a live communicator; the buffer holds `cap` bytes on its device; writes one handle.
+                check_nccl(
+                    unsafe { ncclCommRegister(world.comms[r], buf.at(0), cap, &mut handle) },
+                    "ncclCommRegister",
+                )
+                .expect("ncclCommRegister");
+                handles.push(handle);
+            }
         }
-    }
-    let given: Vec<(&DevBuf, &DevBuf)> = bufs.iter().map(|(a, b)| (a, b)).collect();
-    let mut tally = Tally::new();
-    registered_cases(&world, &mut tally, &given, cap, 8000);
-    world.sync_all().expect("sync every stream");
-    for (i, &handle) in handles.iter().enumerate() {
-        // SAFETY: a handle from ncclCommRegister on this rank's communicator, deregistered once.
-        let res = check_nccl(
-            unsafe { ncclCommDeregister(world.comms[i / 2], handle) },
-            "ncclCommDeregister",
-        );
-        tally.record(
-            &format!("ncclCommDeregister rank {} buffer {}", i / 2, i % 2),
-            res.map_err(|e| e.to_string()),
-        );
-    }
-    tally.finish("registered_buffers_in_collectives");
+        let given: Vec<(&DevBuf, &DevBuf)> = bufs.iter().map(|(a, b)| (a, b)).collect();
+        let mut tally = Tally::new();
+        registered_cases(world, &mut tally, &given, cap, 8000);
+        world.sync_all().expect("sync every stream");
+        for (i, &handle) in handles.iter().enumerate() {
+            // SAFETY: a handle from ncclCommRegister on this rank's communicator, deregistered once.
+            let res = check_nccl(
+                unsafe { ncclCommDeregister(world.comms[i / 2], handle) },
+                "ncclCommDeregister",
+            );
+            tally.record(
+                &format!(
+                    "ncclCommDeregister rank {} buffer {}",
+                    world.ranks[i / 2],
+                    i % 2
+                ),
+                res.map_err(|e| e.to_string()),
+            );
+        }
+        tally.finish("registered_buffers_in_collectives");
+    });
 }
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
 fn window_registered_buffers_in_collectives() {
-    let n = gpus();
-    let world = World::init_all(n);
-    let cap = 128 * MiB;
-    let bufs = nccl_buffers(&world, cap);
-    let mut windows: Vec<Vec<ncclWindow_t>> = vec![Vec::new(); 2];
-    for (which, list) in windows.iter_mut().enumerate() {
-        *list = vec![std::ptr::null_mut(); n];
-        group("ncclCommWindowRegister", n, |r| {
-            let buf = if which == 0 { &bufs[r].0 } else { &bufs[r].1 };
-            // SAFETY: a live communicator; the ncclMemAlloc buffer holds `cap` bytes; writes one handle.
-            unsafe {
-                ncclCommWindowRegister(
-                    world.comms[r],
-                    buf.at(0),
-                    cap,
-                    &mut list[r],
-                    NCCL_WIN_COLL_SYMMETRIC as i32,
-                )
-            }
-        })
-        .expect("ncclCommWindowRegister (symmetric) on every rank");
-    }
-    let given: Vec<(&DevBuf, &DevBuf)> = bufs.iter().map(|(a, b)| (a, b)).collect();
-    let mut tally = Tally::new();
-    registered_cases(&world, &mut tally, &given, cap, 8100);
-    world.sync_all().expect("sync every stream");
-    for list in &windows {
-        let res = group("ncclCommWindowDeregister", n, |r| {
-            // SAFETY: a window from ncclCommWindowRegister on this communicator, deregistered once.
-            unsafe { ncclCommWindowDeregister(world.comms[r], list[r]) }
-        });
-        tally.record(
-            "ncclCommWindowDeregister on every rank",
-            res.map_err(|e| e.to_string()),
-        );
-    }
-    tally.finish("window_registered_buffers_in_collectives");
+    ranks::test("memory::window_registered_buffers_in_collectives").run(|_, world| {
+        let n = world.n();
+        let cap = registered_bytes(world);
+        let bufs = nccl_buffers(world, cap);
+        let mut windows: Vec<Vec<ncclWindow_t>> = vec![Vec::new(); 2];
+        for (which, list) in windows.iter_mut().enumerate() {
+            *list = vec![std::ptr::null_mut(); n];
+            group("ncclCommWindowRegister", n, |r| {
+                let buf = if which == 0 { &bufs[r].0 } else { &bufs[r].1 };
+                // SAFETY: a live communicator; the ncclMemAlloc buffer holds `cap` bytes; writes one handle.
+                unsafe {
+                    ncclCommWindowRegister(
+                        world.comms[r],
+                        buf.at(0),
+                        cap,
+                        &mut list[r],
+                        NCCL_WIN_COLL_SYMMETRIC as i32,
+                    )
+                }
+            })
+            .expect("ncclCommWindowRegister (symmetric) on every rank");
+        }
+        let given: Vec<(&DevBuf, &DevBuf)> = bufs.iter().map(|(a, b)| (a, b)).collect();
+        let mut tally = Tally::new();
+        registered_cases(world, &mut tally, &given, cap, 8100);
+        world.sync_all().expect("sync every stream");
+        for list in &windows {
+            let res = group("ncclCommWindowDeregister", n, |r| {
+                // SAFETY: a window from ncclCommWindowRegister on this communicator, deregistered once.
+                unsafe { ncclCommWindowDeregister(world.comms[r], list[r]) }
+            });
+            tally.record(
+                "ncclCommWindowDeregister on every rank",
+                res.map_err(|e| e.to_string()),
+            );
+        }
+        tally.finish("window_registered_buffers_in_collectives");
+    });
 }

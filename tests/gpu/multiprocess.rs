@@ -1,33 +1,26 @@
-//! One process per GPU, as across hosts: rank 0 makes the unique id and prints its bytes, the parent
-//! hands them to the other ranks (out of band), and every rank checks all-reduce, all-gather and
-//! send/recv against the host's answer (every rank rebuilds every rank's input from the seeds). Then
-//! again with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, so that NCCL uses its network transport.
+//! One process per rank, every rank checking all-reduce, all-gather and send/recv against the host's
+//! answer (every rank rebuilds every rank's input from the seeds), with NCCL's log of the transports
+//! it chose; again with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, so that NCCL uses its network
+//! transport everywhere; and `examples/multi_process` placed the same way, started with flags and with
+//! torchrun's variables (and under mpirun where the host has Open MPI's).
 
-use std::time::Duration;
+use std::net::TcpListener;
+use std::process::Command;
 
-use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
 
 use metrale_gpu_testkit::child;
+use metrale_gpu_testkit::placement::Plan;
+use metrale_gpu_testkit::ranks::Job;
 
 use crate::common::*;
 use crate::data::{self, Dtype, Rng};
 
-/// The child: rank `child::RANK` of `child::NRANKS` on GPU `rank`.
-pub fn mp_child() {
-    let rank = child::number(child::RANK);
-    let n = child::number(child::NRANKS);
-    let id = child::unique_id(rank);
-    let dev = rank as i32;
-    let stream = create_stream(dev).expect("create_stream");
-    cuda::use_device(dev, "child").expect("use_device");
-    let mut comm: NcclComm = std::ptr::null_mut();
-    // SAFETY: writes one handle; rank `rank` of n on the current device.
-    check_nccl(
-        unsafe { ncclCommInitRank(&mut comm, n as i32, id, rank as i32) },
-        "ncclCommInitRank",
-    )
-    .expect("ncclCommInitRank in a child process");
+/// A rank: all-reduce, all-gather and send/recv of a few types and sizes on its communicator.
+fn mp_rank(me: &Me) {
+    let world = me.join();
+    let (rank, n, dev) = (me.rank, me.nranks, me.device);
+    let (comm, stream) = (world.comms[0], world.streams[0]);
     println!("rank {rank}: ncclCommInitRank done on GPU {dev}");
 
     let mut tally = Tally::new();
@@ -37,13 +30,20 @@ pub fn mp_child() {
             .map(|k| dt.random(&mut Rng::new(data::seed(seed, k)), elems))
             .collect()
     };
-    for (dt, count) in [
+    let cases = [
         (&data::FLOAT32, 1),
         (&data::FLOAT32, 1001),
         (&data::BFLOAT16, 65_539),
-        (&data::FLOAT32, (64 << 20) / 4 + 3),
-        (&data::INT64, (16 << 20) / 8 + 1),
-    ] {
+        (
+            &data::FLOAT32,
+            sized(&world, (64 << 20) / 4 + 3, (1 << 20) / 4 + 3),
+        ),
+        (
+            &data::INT64,
+            sized(&world, (16 << 20) / 8 + 1, (1 << 20) / 8 + 1),
+        ),
+    ];
+    for (dt, count) in cases {
         seed += 1;
         let es = dt.size;
         // All-reduce, out of place.
@@ -106,10 +106,6 @@ pub fn mp_child() {
             v,
         );
     }
-    sync(stream).expect("sync");
-    // SAFETY: idle communicator, destroyed once.
-    check_nccl(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy").expect("destroy");
-    drop_stream(stream).expect("destroy stream");
     tally.finish(&format!("rank {rank}"));
 }
 
@@ -126,21 +122,22 @@ fn transports(output: &str) -> Vec<String> {
     seen
 }
 
-/// Runs one process per GPU with NCCL's INIT log (and `extra` variables); the transports NCCL chose
-/// for its connections, and the networks it used.
+/// Runs the ranks of `test` (in a rank: [`mp_rank`]) with NCCL's INIT log and `extra` variables; the
+/// transports NCCL chose for its connections, and the networks it used.
 fn run_processes(
-    what: &str,
+    test: &str,
     subsystems: &str,
-    extra: &[(&str, &str)],
+    extra: &[(&'static str, &str)],
 ) -> (Vec<String>, Vec<String>) {
-    let n = gpus();
     let mut env = vec![
         ("NCCL_DEBUG", "INFO".to_string()),
         ("NCCL_DEBUG_SUBSYS", subsystems.to_string()),
     ];
     env.extend(extra.iter().map(|&(k, v)| (k, v.to_string())));
-    let done = child::run_ranks("mp", n, &env, Duration::from_secs(300));
-    child::expect_success(what, &done);
+    let plan = ranks::plan();
+    let done = Job::start(test, plan, &env).wait(ranks::limit());
+    ranks::expect_ranks_ok(test, &plan, &done);
+    let what = test;
     let transports: Vec<String> = done.iter().flat_map(|f| transports(&f.output)).collect();
     let networks: Vec<String> = done
         .iter()
@@ -157,21 +154,175 @@ fn run_processes(
 }
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
-fn multi_process_one_gpu_each() {
-    run_processes("multi-process", "INIT", &[]);
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
+fn multi_process_one_rank_each() {
+    const TEST: &str = "multiprocess::multi_process_one_rank_each";
+    if let Some(me) = Me::get(TEST) {
+        mp_rank(&me);
+        return me.done();
+    }
+    let (t, _) = run_processes(TEST, "INIT", &[]);
+    // Ranks on simulated hosts reach each other through the network transport only.
+    if ranks::plan().hosts() > 1 {
+        assert!(
+            t.iter().any(|x| x.starts_with("NET/")),
+            "ranks on several hosts must use NET between them, NCCL logged {t:?}"
+        );
+    }
 }
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
 fn multi_process_network_transport() {
+    const TEST: &str = "multiprocess::multi_process_network_transport";
+    if let Some(me) = Me::get(TEST) {
+        mp_rank(&me);
+        return me.done();
+    }
     let (t, _) = run_processes(
-        "multi-process over the network transport",
+        TEST,
         "INIT,NET",
         &[("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1")],
     );
     assert!(
         !t.is_empty() && t.iter().all(|x| x.starts_with("NET/")),
         "with P2P and SHM disabled every connection must go through NET, NCCL logged {t:?}"
+    );
+}
+
+/// The staged `examples/multi_process` binary the runner names.
+const EXAMPLE_VAR: &str = "METRALE_MULTI_PROCESS_BIN";
+
+/// The host's GPU count, for the processes mpirun starts (they place themselves without CUDA).
+const GPUS_VAR: &str = "METRALE_TEST_GPUS";
+
+/// A free TCP port on this host for rank 0's rendezvous.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind a free port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// `examples/multi_process` at the plan's ranks, each process with its place's NCCL variables: rank 0
+/// with flags, the others with torchrun's variables (`LOCAL_RANK` = the device).
+#[test]
+#[ignore = "needs a GPU and the staged example: run through ci/gpu-run.sh"]
+fn multi_process_example_placed() {
+    let Ok(bin) = std::env::var(EXAMPLE_VAR) else {
+        return skip(
+            "multiprocess::multi_process_example_placed",
+            &format!("{EXAMPLE_VAR} is not set (the GPU runner sets it to the staged example)"),
+        );
+    };
+    let plan = ranks::plan();
+    println!("multiprocess::multi_process_example_placed: {plan}");
+    let port = free_port().to_string();
+    let n = plan.ranks().to_string();
+    let children: Vec<child::Child> = (0..plan.ranks())
+        .map(|r| {
+            let place = plan.place(r);
+            let mut cmd = Command::new(&bin);
+            cmd.envs(plan.nccl_env(r));
+            if r == 0 {
+                cmd.args(["--rank", "0", "--world-size", &n]);
+                cmd.args(["--local-rank", &place.device.to_string()]);
+                cmd.args(["--master", &format!("127.0.0.1:{port}")]);
+            } else {
+                cmd.envs([
+                    ("RANK", r.to_string()),
+                    ("WORLD_SIZE", n.clone()),
+                    ("LOCAL_RANK", place.device.to_string()),
+                    ("MASTER_ADDR", "127.0.0.1".to_string()),
+                    ("MASTER_PORT", port.clone()),
+                ]);
+            }
+            child::start(&format!("multi_process rank {r}"), cmd)
+        })
+        .collect();
+    expect_example_correct(&plan, child::wait_all(children, ranks::limit()));
+}
+
+/// Open MPI's `mpirun` where this host has it: the example at the plan's ranks, each started through
+/// this test binary ([`mpirun_rank`]), which adds its place's variables and `--local-rank`.
+#[test]
+#[ignore = "needs a GPU, the staged example and Open MPI: run through ci/gpu-run.sh"]
+fn multi_process_example_under_mpirun() {
+    const TEST: &str = "multiprocess::multi_process_example_under_mpirun";
+    if std::env::var(ranks::TEST).as_deref() == Ok(TEST) {
+        return mpirun_rank();
+    }
+    let Ok(bin) = std::env::var(EXAMPLE_VAR) else {
+        return skip(TEST, &format!("{EXAMPLE_VAR} is not set"));
+    };
+    let open_mpi = Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Open MPI"));
+    if !open_mpi {
+        return skip(TEST, "no Open MPI mpirun on this host");
+    }
+    let plan = ranks::plan();
+    println!("{TEST}: {plan}");
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut cmd = Command::new("mpirun");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.arg("--allow-run-as-root");
+    }
+    cmd.args(["-np", &plan.ranks().to_string(), "--oversubscribe"]);
+    let vars = [
+        ("MASTER_ADDR", "127.0.0.1".to_string()),
+        ("MASTER_PORT", free_port().to_string()),
+        (EXAMPLE_VAR, bin),
+        (ranks::TEST, TEST.to_string()),
+        (GPUS_VAR, plan.gpus().to_string()),
+        (
+            metrale_gpu_testkit::placement::RANKS,
+            plan.ranks().to_string(),
+        ),
+        (
+            metrale_gpu_testkit::placement::MODE,
+            plan.mode().name().to_string(),
+        ),
+    ];
+    for (k, v) in &vars {
+        cmd.env(k, v).args(["-x", k]);
+    }
+    for k in ["LD_LIBRARY_PATH", "NCCL_NVLS_ENABLE", "NCCL_DEBUG"] {
+        if std::env::var_os(k).is_some() {
+            cmd.args(["-x", k]);
+        }
+    }
+    cmd.arg(exe)
+        .args([TEST, "--exact", "--include-ignored", "--nocapture"]);
+    let done = child::wait_all(vec![child::start("mpirun", cmd)], ranks::limit());
+    expect_example_correct(&plan, done);
+}
+
+/// One process under mpirun: its rank from Open MPI's variables, its place from the plan (the GPU
+/// count passed in [`GPUS_VAR`]: no CUDA here), then the example in its stead.
+fn mpirun_rank() {
+    use std::os::unix::process::CommandExt;
+    let rank = child::number("OMPI_COMM_WORLD_RANK");
+    let library = metrale_gpu_sys::version::library_version().expect("ncclGetVersion");
+    let plan = Plan::from_env(child::number(GPUS_VAR), library).unwrap_or_else(|e| panic!("{e}"));
+    let device = plan.place(rank).device.to_string();
+    let err = Command::new(child::var(EXAMPLE_VAR))
+        .envs(plan.nccl_env(rank))
+        .args(["--local-rank", &device])
+        .exec();
+    panic!("cannot run the example under mpirun: {err}");
+}
+
+/// Every one of the plan's ranks printed the example's verdict.
+fn expect_example_correct(plan: &Plan, done: Vec<child::Finished>) {
+    child::expect_success("examples/multi_process", &done);
+    let correct: usize = done
+        .iter()
+        .map(|f| f.output.matches("processes correct").count())
+        .sum();
+    assert_eq!(
+        correct,
+        plan.ranks(),
+        "every rank of examples/multi_process must report a correct all-reduce ({plan})"
     );
 }

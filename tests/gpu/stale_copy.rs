@@ -18,8 +18,11 @@ const BYTES: usize = 64 << 20;
 /// What the collective reads: the copy's last bytes, the ones that land last.
 const TAIL: usize = 64 << 10;
 const TAIL_INTS: usize = TAIL / 4;
-/// Rounds per pattern: about 15 ms each on the GPU host (two 64 MiB pageable copies).
-const ROUNDS: usize = 200;
+/// Rounds per pattern: about 15 ms each on the 2-GPU host (two 64 MiB pageable copies); fewer beyond
+/// 2 ranks, where every rank's copies share one GPU.
+fn rounds(world: &World) -> usize {
+    sized(world, 200, 50)
+}
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Pattern {
@@ -36,16 +39,16 @@ fn value(round: usize, rank: usize, i: usize) -> i32 {
 
 /// Rounds in which some rank's all-reduce of the tail did not see this round's data.
 fn stale_rounds(world: &World, pattern: Pattern) -> usize {
-    let n = world.n();
+    let (n, size) = (world.n(), world.size);
     let bufs: Vec<DevBuf> = world.devs.iter().map(|&d| DevBuf::cuda(d, BYTES)).collect();
     let outs: Vec<DevBuf> = world.devs.iter().map(|&d| DevBuf::cuda(d, TAIL)).collect();
     // Pageable host memory, touched once so that no round pays for page faults.
     let mut hosts: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; BYTES]).collect();
     let mut stale = 0;
-    for round in 0..ROUNDS {
+    for round in 0..rounds(world) {
         for (r, host) in hosts.iter_mut().enumerate() {
             for (i, v) in host[BYTES - TAIL..].chunks_exact_mut(4).enumerate() {
-                v.copy_from_slice(&value(round, r, i).to_le_bytes());
+                v.copy_from_slice(&value(round, world.ranks[r], i).to_le_bytes());
             }
         }
         // The device's tail holds the marker -1 and the output is poisoned, both done before the copy.
@@ -91,7 +94,7 @@ fn stale_rounds(world: &World, pattern: Pattern) -> usize {
         let fresh = (0..n).all(|r| {
             let got = outs[r].download(0, TAIL, world.streams[r]);
             got.chunks_exact(4).enumerate().all(|(i, b)| {
-                let want = (0..n)
+                let want = (0..size)
                     .map(|k| value(round, k, i))
                     .fold(0i32, i32::wrapping_add);
                 i32::from_le_bytes([b[0], b[1], b[2], b[3]]) == want
@@ -103,19 +106,23 @@ fn stale_rounds(world: &World, pattern: Pattern) -> usize {
 }
 
 #[test]
-#[ignore = "needs 2 GPUs: run through ci/gpu-run.sh"]
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
 fn stale_copy_old_pattern_counted_new_pattern_always_correct() {
-    let n = gpus();
-    let world = World::init_all(n);
+    ranks::test("stale_copy::stale_copy_old_pattern_counted_new_pattern_always_correct")
+        .run(stale_copy);
+}
+
+fn stale_copy(me: &Me, world: &World) {
+    let rounds = rounds(world);
     let mut counts = Vec::new();
     for pattern in [
         Pattern::SyncCopyThenCollective,
         Pattern::CopyOnTheCollectivesStream,
     ] {
         let started = std::time::Instant::now();
-        let stale = stale_rounds(&world, pattern);
+        let stale = stale_rounds(world, pattern);
         println!(
-            "{pattern:?}: {stale} of {ROUNDS} rounds read stale data ({} MiB copy, all-reduce of its last {} KiB; {:.1} s)",
+            "{pattern:?}: {stale} of {rounds} rounds read stale data ({} MiB copy, all-reduce of its last {} KiB; {:.1} s)",
             BYTES >> 20,
             TAIL >> 10,
             started.elapsed().as_secs_f64()
@@ -123,9 +130,9 @@ fn stale_copy_old_pattern_counted_new_pattern_always_correct() {
         counts.push(stale);
     }
     measured(&format!(
-        "stale copy: old pattern (cuMemcpyHtoD, collective on a non-blocking stream) {} of {ROUNDS} rounds stale; \
-         new pattern (copy on the collective's stream) {} of {ROUNDS}",
-        counts[0], counts[1]
+        "stale copy, rank {} of {}: old pattern (cuMemcpyHtoD, collective on a non-blocking stream) {} of {rounds} rounds stale; \
+         new pattern (copy on the collective's stream) {} of {rounds}",
+        me.rank, me.nranks, counts[0], counts[1]
     ));
     assert_eq!(
         counts[1], 0,

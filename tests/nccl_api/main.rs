@@ -5,10 +5,17 @@
 //! (2.29+), and the elastic example (recovery from SIGKILLs at 2 to 8 ranks, during a recovery, and of
 //! the coordinator: `elastic.rs` says which runs and how to choose them).
 //!
-//! Every GPU test needs 2 GPUs and `NCCL_NVLS_ENABLE=0`, so it is `#[ignore]`d: plain `cargo test` skips
-//! them. The GPU runner (`ci/gpu`, then `.gpu-build/run.sh` on the GPU host) runs them with the GPU and
-//! fault suites, the elastic test on the staged example (`METRALE_ELASTIC_BIN`); by hand:
-//! `cargo test --release --test nccl_api -- --ignored --test-threads=1`.
+//! How they run: one process per rank, as in production (`metrale_gpu_testkit::ranks`): a test runs
+//! itself once per rank, `METRALE_TEST_RANKS` ranks (default 2) over however many GPUs the host has (one
+//! is enough): rank r on GPU r % G, ranks that share a GPU on simulated hosts of their own
+//! (`NCCL_HOSTID`), connected by NCCL's socket transport over loopback
+//! (`metrale_gpu_testkit::placement`). The one-sided test needs its ranks on one host (NCCL's copy-engine
+//! path): across simulated hosts it prints the visible skip line. Every GPU test needs
+//! `NCCL_NVLS_ENABLE=0`, so it is `#[ignore]`d: plain `cargo test` skips them. The GPU runner (`ci/gpu`,
+//! then `.gpu-build/run.sh` on the GPU host) runs them with the GPU and fault suites, the elastic test on
+//! the staged example (`METRALE_ELASTIC_BIN`); by hand:
+//! `METRALE_TEST_RANKS=4 NCCL_NVLS_ENABLE=0 cargo test --release --test nccl_api -- --ignored
+//! --test-threads=1`.
 // Built against older headers, the helpers only the 2.29 tests use are unused.
 #![cfg_attr(not(nccl_2_29), allow(dead_code))]
 
@@ -26,19 +33,3 @@ mod one_sided;
 mod revoke;
 #[cfg(nccl_2_29)]
 mod suspend;
-
-use metrale_gpu_testkit::child;
-
-/// Not a test: the entry point of the child processes the tests start (the test binary runs itself
-/// with the role in its environment). Run by hand, it does nothing.
-#[test]
-#[ignore = "entry point of the child processes the GPU tests start; does nothing by itself"]
-fn child_entry() {
-    match child::role().as_deref() {
-        Some("debug-reset") => debug_reset::child(),
-        #[cfg(nccl_2_29)]
-        Some("grow") => grow::child(),
-        Some(other) => panic!("unknown child role {other:?}"),
-        None => println!("not a child process ({} unset): nothing to do", child::ROLE),
-    }
-}

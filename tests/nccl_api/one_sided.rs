@@ -1,151 +1,184 @@
 //! One-sided communication on symmetric windows (`ncclMemAlloc` + `ncclCommWindowRegister` with
-//! `NCCL_WIN_COLL_SYMMETRIC`): `ncclWinGetUserPtr` returns the registered pointer; `ncclPutSignal` of a
-//! slice of rank 0's window lands at an offset of rank 1's window, which `ncclWaitSignal`s and then
-//! reads exactly that slice, every other byte untouched; `ncclSignal` alone releases a waiting stream
+//! `NCCL_WIN_COLL_SYMMETRIC`), around a ring of every rank, each a process of its own:
+//! `ncclWinGetUserPtr` returns the registered pointer; every rank `ncclPutSignal`s a slice of its
+//! window to an offset of the next rank's window, and `ncclWaitSignal`s for the previous rank's, then
+//! finds exactly that slice there, every other byte its own; `ncclSignal` alone releases a waiting stream
 //! that stays blocked until it comes.
+//!
+//! NCCL moves one-sided data between the GPUs of one host (its LSA peers) with copy engines, and across
+//! hosts only through a GIN-capable network (InfiniBand, EFA), which simulated hosts on loopback
+//! sockets are not: with ranks on more than one host the test prints the visible skip line.
 
 use std::time::Duration;
 
 use metrale_gpu_sys::nccl::*;
+use metrale_gpu_testkit::gpu;
 
 use crate::support::*;
 
 /// Each rank's window, a multiple of `NCCL_WIN_REQUIRED_ALIGNMENT`.
 const WINDOW: usize = 1 << 20;
-/// The slice: `COUNT` floats from byte `SRC` of rank 0's window to byte `DST` of rank 1's.
+/// The slice: `COUNT` floats from byte `SRC` of a rank's window to byte `DST` of the next one's.
 const SRC: usize = 4096 + 256;
 const DST: usize = 65536 + 12;
 const COUNT: usize = 10_000;
-/// What rank 1's window holds where nothing was put.
-const UNTOUCHED: u8 = 0x5a;
 /// How long a wait with no signal must stay blocked to count as waiting.
 const BLOCKED_FOR: Duration = Duration::from_millis(300);
 
-#[test]
-#[ignore = "needs 2 GPUs"]
-fn put_signal_wait_signal_and_signal_on_symmetric_windows() {
-    gpus();
-    let mut world = init(true);
-    let bufs: Vec<DevBuf> = world
-        .devs
-        .iter()
-        .map(|&d| DevBuf::nccl(d, WINDOW))
-        .collect();
-    let mut wins: Vec<ncclWindow_t> = vec![std::ptr::null_mut(); world.n()];
-    world
-        .group("ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC)", |r| {
-            // SAFETY: a live communicator; the ncclMemAlloc buffer holds WINDOW bytes; writes one handle.
-            unsafe {
-                ncclCommWindowRegister(
-                    world.comms[r],
-                    bufs[r].at(0),
-                    WINDOW,
-                    &mut wins[r],
-                    NCCL_WIN_COLL_SYMMETRIC as i32,
-                )
-            }
-        })
-        .expect("a symmetric window on every rank");
-    for r in 0..world.n() {
-        let mut user: *mut std::os::raw::c_void = std::ptr::null_mut();
-        // SAFETY: a window of this communicator; writes one pointer.
-        let res = unsafe { ncclWinGetUserPtr(world.comms[r], wins[r], &mut user) };
-        check_nccl(res, "ncclWinGetUserPtr").expect("ncclWinGetUserPtr");
-        assert_eq!(
-            user,
-            bufs[r].at(0),
-            "rank {r}: ncclWinGetUserPtr is not the registered buffer"
-        );
-    }
-    println!("ok    ncclWinGetUserPtr returns the registered pointer on every rank");
+const NAME: &str = "one_sided::put_signal_wait_signal_and_signal_on_symmetric_windows";
 
-    let source: Vec<u8> = (0..WINDOW).map(|i| (i * 131 + i / 4096) as u8).collect();
-    bufs[0].upload(0, &source, world.streams[0]);
-    bufs[1].fill(0, WINDOW, UNTOUCHED, world.streams[1]);
-    let mut from_rank0 = ncclWaitSignalDesc_t {
+/// Rank `rank`'s window contents (different on neighbouring ranks, so a put that did not land shows).
+fn source(rank: usize) -> Vec<u8> {
+    (0..WINDOW)
+        .map(|i| (i * 131 + i / 4096 + rank * 17) as u8)
+        .collect()
+}
+
+#[test]
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
+fn put_signal_wait_signal_and_signal_on_symmetric_windows() {
+    if Me::get(NAME).is_none() {
+        let plan = ranks::test(NAME).plan();
+        if plan.hosts() > 1 {
+            return gpu::skip(
+                NAME,
+                &format!(
+                    "one-sided transfers across hosts need a GIN network (InfiniBand, EFA); {plan}: run \
+                     it with as many ranks as GPUs, or METRALE_TEST_PLACEMENT=multi-rank-gpu (NCCL 2.30+)"
+                ),
+            );
+        }
+    }
+    ranks::test(NAME).run_raw(ring_rank);
+}
+
+fn ring_rank(me: &Me) {
+    let (rank, n) = (me.rank, me.nranks);
+    assert!(
+        n >= 2,
+        "a ring of one-sided transfers needs 2 ranks or more"
+    );
+    let (next, prev) = ((rank + 1) % n, (rank + n - 1) % n);
+    let mut world = init(me, true);
+    let (comm, stream) = (world.comms[0], world.streams[0]);
+    let buf = DevBuf::nccl(me.device, WINDOW);
+    let mut win: ncclWindow_t = std::ptr::null_mut();
+    // SAFETY: a live communicator; the ncclMemAlloc buffer holds WINDOW bytes; writes one handle. Every
+    // rank registers its window (collective).
+    let res = unsafe {
+        ncclCommWindowRegister(
+            comm,
+            buf.at(0),
+            WINDOW,
+            &mut win,
+            NCCL_WIN_COLL_SYMMETRIC as i32,
+        )
+    };
+    check_nccl(res, "ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC)").expect("a symmetric window");
+    let mut user: *mut std::os::raw::c_void = std::ptr::null_mut();
+    // SAFETY: a window of this communicator; writes one pointer.
+    let res = unsafe { ncclWinGetUserPtr(comm, win, &mut user) };
+    check_nccl(res, "ncclWinGetUserPtr").expect("ncclWinGetUserPtr");
+    assert_eq!(
+        user,
+        buf.at(0),
+        "rank {rank}: ncclWinGetUserPtr is not the registered buffer"
+    );
+    println!("ok    rank {rank}: ncclWinGetUserPtr returns the registered pointer");
+
+    let mine = source(rank);
+    buf.upload(0, &mine, stream);
+    // SAFETY: rank `rank`'s own stream.
+    unsafe { sync_stream(stream) }.expect("the window written");
+    // No rank puts into a window its owner is still writing.
+    me.barrier("windows-ready");
+    let mut from_prev = ncclWaitSignalDesc_t {
         opCnt: 1,
-        peer: 0,
+        peer: prev as i32,
         sigIdx: 0,
         ctx: 0,
     };
-    // Together: the first one-sided call sets NCCL's signal windows up, collectively.
-    world
-        .group("ncclPutSignal / ncclWaitSignal", |r| {
-            let (comm, stream) = (world.comms[r], world.streams[r]);
-            // SAFETY: the source slice lies in rank 0's symmetric window and its destination inside rank
-            // 1's (SRC/DST + COUNT floats < WINDOW); the descriptor outlives the call.
-            unsafe {
-                if r == 0 {
-                    ncclPutSignal(
-                        bufs[0].at(SRC),
-                        COUNT,
-                        NcclDataType::ncclFloat32,
-                        1,
-                        wins[0],
-                        DST,
-                        0,
-                        0,
-                        0,
-                        comm,
-                        stream,
-                    )
-                } else {
-                    ncclWaitSignal(1, &mut from_rank0, comm, stream)
-                }
-            }
-        })
-        .expect("ncclPutSignal from rank 0, ncclWaitSignal on rank 1");
+    // The put first, then the wait, each its own call on one stream: the put needs nothing of the peer,
+    // so no rank waits before it has put. The first one-sided call of every rank sets NCCL's signal
+    // windows up, collectively.
+    // SAFETY: the source slice lies in this rank's symmetric window and its destination inside the next
+    // one's (SRC/DST + COUNT floats < WINDOW).
+    let res = unsafe {
+        ncclPutSignal(
+            buf.at(SRC),
+            COUNT,
+            NcclDataType::ncclFloat32,
+            next as i32,
+            win,
+            DST,
+            0,
+            0,
+            0,
+            comm,
+            stream,
+        )
+    };
+    check_nccl(res, "ncclPutSignal").expect("ncclPutSignal to the next rank");
+    // SAFETY: the descriptor outlives the call; a live communicator and stream.
+    let res = unsafe { ncclWaitSignal(1, &mut from_prev, comm, stream) };
+    check_nccl(res, "ncclWaitSignal").expect("ncclWaitSignal for the previous rank");
     settle(&mut world, "put and wait").unwrap_or_else(|e| panic!("{e}"));
-    // Read on rank 1's stream, after its wait: exactly the slice has arrived.
-    let got = bufs[1].download(0, WINDOW, world.streams[1]);
+    // Read on this rank's stream, after its wait: exactly the previous rank's slice has arrived.
+    let got = buf.download(0, WINDOW, stream);
+    let theirs = source(prev);
     let len = COUNT * 4;
     let wrong: Vec<usize> = (0..WINDOW)
         .filter(|&i| {
             let want = if (DST..DST + len).contains(&i) {
-                source[SRC + i - DST]
+                theirs[SRC + i - DST]
             } else {
-                UNTOUCHED
+                mine[i]
             };
             got[i] != want
         })
         .collect();
     assert!(
         wrong.is_empty(),
-        "rank 1's window: {} wrong bytes, the first at {} (the slice is bytes {DST}..{})",
+        "rank {rank}'s window: {} wrong bytes, the first at {} (bytes {DST}..{} are rank {prev}'s \
+         {SRC}..{}, the rest this rank's own)",
         wrong.len(),
         wrong[0],
-        DST + len
+        DST + len,
+        SRC + len
     );
-    assert!(
-        bufs[0].download(0, WINDOW, world.streams[0]) == source,
-        "rank 0's own window changed"
-    );
-    println!("ok    ncclPutSignal: bytes {DST}..{} of rank 1's window are rank 0's {SRC}..{}, the rest untouched", DST + len, SRC + len);
+    println!("ok    ncclPutSignal: bytes {DST}..{} of rank {rank}'s window are rank {prev}'s {SRC}..{}, the rest its own", DST + len, SRC + len);
 
-    // ncclSignal alone: rank 1's stream waits until rank 0 signals.
+    // ncclSignal alone: every rank's stream waits until the previous rank signals, from a second
+    // stream (the first is blocked in the wait).
     // SAFETY: the descriptor outlives the call; a live communicator and stream.
-    let res = unsafe { ncclWaitSignal(1, &mut from_rank0, world.comms[1], world.streams[1]) };
+    let res = unsafe { ncclWaitSignal(1, &mut from_prev, comm, stream) };
     check_nccl(res, "ncclWaitSignal").expect("ncclWaitSignal");
+    me.barrier("waiting");
     std::thread::sleep(BLOCKED_FOR);
-    // SAFETY: rank 1's own stream.
-    let early = unsafe { stream_ready(world.streams[1]) }.expect("cuStreamQuery");
+    // SAFETY: this rank's own stream.
+    let early = unsafe { stream_ready(stream) }.expect("cuStreamQuery");
+    me.barrier("checked-waiting");
+    let signaller = create_stream(me.device).expect("create_stream");
     // SAFETY: a live communicator and stream; no data.
-    let res = unsafe { ncclSignal(1, 0, 0, 0, world.comms[0], world.streams[0]) };
+    let res = unsafe { ncclSignal(next as i32, 0, 0, 0, comm, signaller) };
     check_nccl(res, "ncclSignal").expect("ncclSignal");
     let released =
         settle(&mut world, "the wait after ncclSignal").unwrap_or_else(|e| panic!("{e}"));
+    // SAFETY: the stream that signalled; its work is done once the peer's wait is (the signal is
+    // what released it), so it is synchronised and destroyed once.
+    unsafe {
+        sync_stream(signaller).expect("the signal sent");
+        destroy_stream(signaller).expect("destroy_stream");
+    }
     assert!(
         !early,
-        "rank 1's ncclWaitSignal finished before any signal was sent"
+        "rank {rank}'s ncclWaitSignal finished before any signal was sent"
     );
-    println!("ok    ncclSignal: rank 1's stream waited {BLOCKED_FOR:?} with no signal, then {:.2} ms after it", released.as_secs_f64() * 1e3);
+    println!("ok    ncclSignal: rank {rank}'s stream waited {BLOCKED_FOR:?} with no signal, then {:.2} ms after it", released.as_secs_f64() * 1e3);
 
-    world
-        .group("ncclCommWindowDeregister", |r| {
-            // SAFETY: this communicator's window, deregistered once, its users synchronised.
-            unsafe { ncclCommWindowDeregister(world.comms[r], wins[r]) }
-        })
-        .expect("ncclCommWindowDeregister");
+    // SAFETY: this communicator's window, deregistered once (collective), its users synchronised.
+    let res = unsafe { ncclCommWindowDeregister(comm, win) };
+    check_nccl(res, "ncclCommWindowDeregister").expect("ncclCommWindowDeregister");
     destroy(world);
-    drop(bufs);
+    drop(buf);
 }

@@ -1,12 +1,12 @@
-//! What the tests of this binary share beyond the testkit (re-exported here): all-reduce data checked
-//! on the host, and waits bounded by the crate's watchdog.
+//! What the tests of this binary share beyond the testkit (re-exported here): a rank's communicator,
+//! all-reduce data checked on the host, and waits bounded by the crate's watchdog.
 
 use std::time::{Duration, Instant};
 
 use metrale_gpu_sys::nccl::*;
 use metrale_gpu_sys::watchdog::{WaitError, Watchdog};
 pub use metrale_gpu_testkit::devbuf::DevBuf;
-pub use metrale_gpu_testkit::gpu::{gpus, MIN_GPUS};
+pub use metrale_gpu_testkit::ranks::{self, Me};
 pub use metrale_gpu_testkit::world::World;
 
 /// The longest any init, grow or collective may take in these tests before they call it a hang.
@@ -50,28 +50,26 @@ pub fn verdict<T>(w: &mut World, result: Result<T, WaitError>) -> Result<T, Stri
 /// in progress or failed: how long that took.
 pub fn settle(w: &mut World, what: &str) -> Result<Duration, String> {
     let start = Instant::now();
-    let work: Vec<_> = w
-        .comms
-        .iter()
-        .copied()
-        .zip(w.streams.iter().copied())
-        .collect();
     // SAFETY: the world's live communicators and streams, used by this thread alone.
-    let waited = unsafe { WATCHDOG.wait_all(&work) };
+    let waited = unsafe { WATCHDOG.wait_all(&w.work()) };
     verdict(w, waited)
         .map(|()| start.elapsed())
         .map_err(|e| format!("{what}: {e}"))
 }
 
-/// A communicator on each of GPUs 0 and 1 (`ncclCommInitRankConfig` in one group, blocking or not),
-/// ready, with a stream each.
-pub fn init(blocking: bool) -> World {
-    let config = |_| NcclConfig {
+/// This rank's communicator over every rank (`ncclCommInitRankConfig`, blocking or not), ready, with a
+/// stream.
+pub fn init(me: &Me, blocking: bool) -> World {
+    let config = NcclConfig {
         blocking: blocking.into(),
         ..NcclConfig::default()
     };
-    let (world, _) =
-        World::init_config(MIN_GPUS, config).expect("ncclCommInitRankConfig on every GPU");
+    let (world, _) = me.join_config(config).unwrap_or_else(|e| {
+        panic!(
+            "rank {} of {}: ncclCommInitRankConfig: {e}",
+            me.rank, me.nranks
+        )
+    });
     world
 }
 
@@ -142,13 +140,4 @@ pub fn destroy(mut w: World) {
         // SAFETY: an idle communicator the world no longer holds, destroyed once.
         check_nccl(unsafe { ncclCommDestroy(comm) }, "ncclCommDestroy").expect("destroy");
     }
-}
-
-/// The unique id another process printed as hex.
-pub fn id_from_hex(hex: &str) -> NcclUniqueId {
-    NcclUniqueId::from_bytes(
-        metrale_gpu_testkit::hex::decode(hex)
-            .and_then(|bytes| bytes.try_into().ok())
-            .expect("a unique id of NCCL_UNIQUE_ID_BYTES bytes"),
-    )
 }

@@ -2,10 +2,10 @@
 //! (`cuMemGetInfo`'s free memory rises by about `ncclStatGpuMemSuspend` bytes; `ncclStatGpuMemSuspended`
 //! turns 1), `ncclCommResume` takes it again, and an all-reduce after it is correct. NCCL keeps
 //! `ncclStatGpuMemSuspend` as the size of what can be suspended, suspended or not: the bytes released
-//! are the driver's figure. Suspend and resume synchronise the ranks inside NCCL, so each rank runs in
-//! its own thread.
-
-use std::sync::Barrier;
+//! are the driver's figure. Each rank is a process of its own; suspend and resume synchronise the ranks
+//! inside NCCL, and the harness's barriers keep every rank in the same state while each measures. The
+//! driver's figure is the whole GPU's, so ranks that share a GPU see each other's memory released too:
+//! the checks are lower bounds, which that only adds to.
 
 use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
@@ -14,7 +14,7 @@ use metrale_gpu_testkit::gpu::api;
 
 use crate::support::*;
 
-const COUNT: usize = 1 << 22;
+const COUNT: usize = 1 << 20;
 
 /// `ncclCommMemStats` and the device's free memory at one moment.
 #[derive(Debug, Clone, Copy)]
@@ -47,90 +47,75 @@ fn snapshot(comm: NcclComm) -> Result<Snapshot, String> {
     })
 }
 
-/// A rank's communicator and device, handed to the rank's own thread.
-#[derive(Clone, Copy)]
-struct Rank {
-    comm: NcclComm,
-    dev: i32,
-}
-
-// SAFETY: NCCL and the driver accept the handle from any thread; each rank's is used by its own thread
-// alone while the main thread waits for them all.
-unsafe impl Send for Rank {}
-
-/// One rank's thread: snapshots before, while suspended and after resuming. Every rank passes the
-/// same barriers, so each measures while every rank is in the same state.
-fn suspend_and_resume(rank: Rank, barrier: &Barrier) -> Result<[Snapshot; 3], String> {
-    cuda::use_device(rank.dev, "suspend test").map_err(|e| e.to_string())?;
-    barrier.wait();
-    let before = snapshot(rank.comm)?;
-    barrier.wait();
+/// Snapshots before, while suspended and after resuming. Every rank passes the same barriers, so each
+/// measures while every rank is in the same state.
+fn suspend_and_resume(me: &Me, comm: NcclComm) -> Result<[Snapshot; 3], String> {
+    cuda::use_device(me.device, "suspend test").map_err(|e| e.to_string())?;
+    me.barrier("before");
+    let before = snapshot(comm)?;
+    me.barrier("measured-before");
     // SAFETY: a live, idle communicator (its all-reduce has completed).
-    let suspended = unsafe { ncclCommSuspend(rank.comm, NCCL_SUSPEND_MEM as i32) };
-    barrier.wait();
+    let suspended = unsafe { ncclCommSuspend(comm, NCCL_SUSPEND_MEM as i32) };
+    me.barrier("suspended");
     check_nccl(suspended, "ncclCommSuspend(NCCL_SUSPEND_MEM)").map_err(|e| e.to_string())?;
-    let during = snapshot(rank.comm)?;
-    barrier.wait();
+    let during = snapshot(comm)?;
+    me.barrier("measured-during");
     // SAFETY: the communicator suspended above.
-    let resumed = unsafe { ncclCommResume(rank.comm) };
-    barrier.wait();
+    let resumed = unsafe { ncclCommResume(comm) };
+    me.barrier("resumed");
     check_nccl(resumed, "ncclCommResume").map_err(|e| e.to_string())?;
-    Ok([before, during, snapshot(rank.comm)?])
+    Ok([before, during, snapshot(comm)?])
 }
 
 #[test]
-#[ignore = "needs 2 GPUs"]
+#[ignore = "needs a GPU: run through ci/gpu-run.sh"]
 fn suspend_releases_memory_and_resume_restores_it() {
-    gpus();
-    let mut world = init(true);
+    ranks::test("suspend::suspend_releases_memory_and_resume_restores_it").run_raw(suspend_rank);
+}
+
+fn suspend_rank(me: &Me) {
+    let r = me.rank;
+    let mut world = init(me, true);
     // The first collective connects the ranks: NCCL's buffers exist from then on.
     all_reduce(&mut world, COUNT, 0).expect("all-reduce before suspending");
-    let barrier = &Barrier::new(world.n());
-    let ranks = world.comms.iter().zip(&world.devs);
-    let ranks: Vec<Rank> = ranks.map(|(&comm, &dev)| Rank { comm, dev }).collect();
-    let results: Vec<Result<[Snapshot; 3], String>> = std::thread::scope(|s| {
-        let threads: Vec<_> = ranks
-            .iter()
-            .map(|&r| s.spawn(move || suspend_and_resume(r, barrier)))
-            .collect();
-        threads
-            .into_iter()
-            .map(|t| t.join().expect("rank thread"))
-            .collect()
-    });
+    let [before, during, after] =
+        suspend_and_resume(me, world.comms[0]).unwrap_or_else(|e| panic!("rank {r}: {e}"));
+    let released = during.free as i64 - before.free as i64;
+    let retaken = during.free as i64 - after.free as i64;
+    println!(
+        "rank {r}: suspendable {} B, persistent {} B, total {} B; suspended flag {} -> {} -> {}; \
+         cuMemGetInfo free {} -> {} -> {} B (released {released} B, taken again {retaken} B)",
+        before.suspendable,
+        before.persistent,
+        before.total,
+        before.suspended,
+        during.suspended,
+        after.suspended,
+        before.free,
+        during.free,
+        after.free
+    );
     let mut failures = Vec::new();
-    for (r, result) in results.into_iter().enumerate() {
-        let [before, during, after] = match result {
-            Ok(snapshots) => snapshots,
-            Err(e) => {
-                failures.push(format!("rank {r}: {e}"));
-                continue;
-            }
-        };
-        let released = during.free as i64 - before.free as i64;
-        let retaken = during.free as i64 - after.free as i64;
-        println!(
-            "rank {r}: suspendable {} B, persistent {} B, total {} B; suspended flag {} -> {} -> {}; \
-             cuMemGetInfo free {} -> {} -> {} B (released {released} B, taken again {retaken} B)",
-            before.suspendable,
-            before.persistent,
-            before.total,
-            before.suspended,
-            during.suspended,
-            after.suspended,
-            before.free,
-            during.free,
-            after.free
+    let flags = (before.suspended, during.suspended, after.suspended) == (0, 1, 0);
+    if !flags {
+        failures.push("ncclStatGpuMemSuspended is 0, 1 while suspended, 0 again");
+    }
+    if before.suspendable == 0 && me.hosts > 1 {
+        // Over the socket transport NCCL may keep no releasable GPU memory at all.
+        metrale_gpu_testkit::gpu::skip(
+            "suspend::suspend_releases_memory_and_resume_restores_it (the memory it releases)",
+            &format!(
+                "rank {r}: NCCL reports no suspendable GPU memory over {} simulated hosts (NET/Socket): \
+                 nothing to release; the flags and the all-reduces after resuming are checked",
+                me.hosts
+            ),
         );
+    } else {
         let half = before.suspendable as i64 / 2;
         let checks = [
             (
                 before.suspendable > 0,
                 "NCCL tracks suspendable memory after an all-reduce (ncclStatGpuMemSuspend > 0)",
-            ),
-            (
-                (before.suspended, during.suspended, after.suspended) == (0, 1, 0),
-                "ncclStatGpuMemSuspended is 0, 1 while suspended, 0 again",
             ),
             (
                 released >= half,
@@ -142,23 +127,21 @@ fn suspend_releases_memory_and_resume_restores_it() {
                 "ncclStatGpuMemSuspend is the same after resuming",
             ),
         ];
-        for (ok, what) in checks {
-            if !ok {
-                failures.push(format!("rank {r}: expected: {what}"));
-            }
-        }
+        failures.extend(checks.into_iter().filter(|c| !c.0).map(|c| c.1));
     }
-    if failures.is_empty() {
-        for round in 1..3 {
-            if let Err(e) = all_reduce(&mut world, COUNT, round) {
-                failures.push(format!("all-reduce after resuming: {e}"));
-            }
+    // Every rank runs the all-reduces, whatever it found: a rank that stopped would hang the others.
+    let mut after_resume = Vec::new();
+    for round in 1..3 {
+        if let Err(e) = all_reduce(&mut world, COUNT, round) {
+            after_resume.push(format!("all-reduce after resuming: {e}"));
+            break;
         }
     }
     destroy(world);
     assert!(
-        failures.is_empty(),
-        "suspend/resume:\n{}",
-        failures.join("\n")
+        failures.is_empty() && after_resume.is_empty(),
+        "rank {r}: suspend/resume: expected: {}\n{}",
+        failures.join("; expected: "),
+        after_resume.join("\n")
     );
 }
