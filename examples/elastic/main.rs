@@ -79,7 +79,7 @@ pub struct Args {
     pub iters: usize,
     /// For tests only (`METRALE_ELASTIC_GROW_ID_DELAY_MS`): how long rank 0 waits between its last look
     /// at the rendezvous and `ncclCommGetUniqueId`, so that a rank killed on its `phase=growid` line
-    /// dies where the rendezvous's look missed it (see `recovery.rs`).
+    /// dies after that look, as in the race `bounded.rs` guards against.
     pub grow_id_delay: Duration,
 }
 

@@ -19,8 +19,8 @@
 //! - `coordinator`: 4 ranks, rank 0 killed in the steady loop: every other rank must end with the
 //!   example's clear error (rank 0 is gone) within twice the deadline.
 //!
-//! One test per scenario (`two_ranks_one_killed` .. `coordinator_killed`, `top_rank_killed_before_the_grow`), each within the GPU
-//! runner's per-test limit; a scenario the variable leaves out prints a SKIP line. Runs per scenario:
+//! One test per scenario (`two_ranks_one_killed` .. `top_rank_killed_before_the_grow`), each within
+//! the GPU runner's per-test limit; a scenario the variable leaves out prints a SKIP line. Runs per scenario:
 //! `METRALE_ELASTIC_RUNS`, else 5 for the RxD ones and 3 for the others. Every run must end as the
 //! scenario says; the times are printed per run and, per scenario, their median and worst (MEASURED
 //! lines, which the runner's summary lists).
