@@ -11,10 +11,10 @@
 //! nobody dies.
 //!
 //! How the survivors recover (see `membership.rs` for the rendezvous, `coordinator.rs` for the
-//! agreement, `bounded.rs` for the grow's calls NCCL makes blocking): every process keeps its connection to rank 0's rendezvous open; rank 0 reads the end of a
-//! dead one's connection and tells every survivor that the communicator's generation is lost. A
-//! survivor's wait on its all-reduce polls that news, `ncclCommGetAsyncError` and the stream, and gives
-//! up after the deadline if none of them moved: whichever comes first, the watchdog revokes the
+//! agreement, `bounded.rs` for the grow's calls NCCL makes blocking): every process keeps its
+//! connection to rank 0's rendezvous open; rank 0 reads the end of a dead one's connection and tells
+//! every survivor that the communicator's generation is lost. A survivor's wait on its all-reduce polls
+//! that news, `ncclCommGetAsyncError` and the stream, and gives up after the deadline if none of them moved: whichever comes first, the watchdog revokes the
 //! communicator and waits until it is quiescent, or aborts it where NCCL still reports an error (NCCL
 //! shrinks no communicator in that state: see the crate's `watchdog` docs). Each survivor tells rank 0
 //! how it holds the lost communicator; rank 0 waits for every live one (a silent one is treated as dead),
