@@ -3,6 +3,7 @@
 //! used, so the list follows the installed NCCL. A call is what syn parses as a call expression of that
 //! name (also inside a macro's arguments): never a mention in a string or a comment. The generated
 //! snapshot (`src/snapshot/`) declares every function and does not count. Needs no GPU: it reads files.
+//! Against headers newer than the pin it skips: their new functions get tests when the pin moves there.
 
 use std::path::{Path, PathBuf};
 

@@ -1,5 +1,6 @@
 //! The NCCL calls that only 2.27–2.29 have, each proven on GPUs against values computed on the host:
-//! `ncclCommInitRankScalable`, `ncclResetDebugInit` (every supported NCCL), `ncclCommRevoke` (2.28+),
+//! `ncclCommInitRankScalable`, `ncclResetDebugInit` (where nccl.h declares it: 2.30+ makes it an empty
+//! macro, and the test skips), `ncclCommRevoke` (2.28+),
 //! `ncclCommSuspend` / `ncclCommResume` / `ncclCommMemStats`, the one-sided `ncclPutSignal` /
 //! `ncclSignal` / `ncclWaitSignal` with `ncclWinGetUserPtr`, `ncclCommGetUniqueId` + `ncclCommGrow`
 //! (2.29+), and the elastic example (recovery from SIGKILLs at 2 to 8 ranks, during a recovery, and of
