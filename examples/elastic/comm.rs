@@ -55,11 +55,18 @@ pub enum Outcome {
 /// rendezvous, whose news that `gen` is lost cancels the wait at once.
 struct Watch<'a> {
     work: CommWork,
+    /// The communicator `work` holds, for a bounded abort.
+    comm: NcclComm,
     who: &'a Membership,
     gen: u64,
     /// An idle communicator: nothing to finish, so the news comes first.
     idle: bool,
     given_up_at: Option<Instant>,
+    /// Set for a communicator whose init job may be stuck in NCCL's bootstrap (a grow's): its abort
+    /// joins that job, so it runs on a thread of its own within this bound (`abort_bounded`).
+    abort_bound: Option<Duration>,
+    /// Handed to such an abort: never touched again here.
+    handed_off: bool,
 }
 
 impl<'a> Watch<'a> {
@@ -69,11 +76,19 @@ impl<'a> Watch<'a> {
         Watch {
             // SAFETY: the caller's promise.
             work: unsafe { CommWork::new(comm, stream) },
+            comm,
             who,
             gen,
             idle: false,
             given_up_at: None,
+            abort_bound: None,
+            handed_off: false,
         }
+    }
+
+    /// True once it was aborted (or handed to a bounded abort), or NCCL refused its handle.
+    fn given_up(&self) -> bool {
+        self.handed_off || self.work.is_abandoned()
     }
 
     /// What a failed wait means: the work is lost and the communicator held as `held`, or (NCCL
@@ -104,6 +119,9 @@ impl<'a> Watch<'a> {
 
 impl Watched for Watch<'_> {
     fn poll(&mut self) -> Poll {
+        if self.handed_off {
+            return Poll::Abandoned;
+        }
         let news = |watch: &Self| watch.who.lost(watch.gen).map(Poll::Cancel);
         if self.idle {
             return news(self).unwrap_or_else(|| self.work.poll());
@@ -117,15 +135,32 @@ impl Watched for Watch<'_> {
 
     fn abort(&mut self) -> Result<(), GpuError> {
         self.given_up_at.get_or_insert_with(Instant::now);
-        self.work.abort()
+        match self.abort_bound {
+            Some(bound) if !self.given_up() => {
+                self.handed_off = true;
+                abort_bounded(self.comm, bound);
+                Ok(())
+            }
+            _ => self.work.abort(),
+        }
     }
 
     fn revoke(&mut self) -> Result<(), GiveUpError> {
+        if self.handed_off {
+            return Err(GiveUpError::CannotRevoke);
+        }
         self.given_up_at = Some(Instant::now());
         self.work.revoke()
     }
 
     fn poll_revoked(&mut self) -> Result<bool, GpuError> {
+        if self.handed_off {
+            return Err(GpuError::from(WaitError::Abandoned {
+                context: "the communicator handed to a bounded abort".into(),
+                others: None,
+                abort_error: None,
+            }));
+        }
         self.work.poll_revoked()
     }
 }
@@ -175,6 +210,35 @@ fn abort_unless_given_up(comm: NcclComm, given_up: bool) {
     if !given_up {
         abort_all(&[comm]);
     }
+}
+
+/// `ncclCommAbort` of `comm` on a thread of its own, waited for at most `bound`. NCCL 2.29.7's abort
+/// first joins the communicator's init job (`ncclCommEnsureReady`, src/init.cc), and a grow's job may
+/// be stuck in the bootstrap with a dead peer: given up on, the abort keeps its thread and the handle,
+/// and the rank holds the generation as aborted (it never touches `comm` again either way).
+fn abort_bounded(comm: NcclComm, bound: Duration) {
+    let handed = Handed(comm);
+    let released = bounded::call(
+        "ncclCommAbort",
+        bound,
+        &|| None,
+        move || release(handed.get(), true),
+        |late| {
+            if let Err(e) = late {
+                eprintln!("warning: {e}");
+            }
+        },
+    );
+    if let Err(e) = released.and_then(|released| released) {
+        eprintln!("warning: {e}");
+    }
+}
+
+/// How long each abort on a failed grow may take: an eighth of the grow's bound (D/2 with the
+/// recovery's 4D), so that both (the grown communicator's, the parent's) end well within rank 0's
+/// report window (2D + 1 s) after the news.
+fn grow_abort_bound(limit: Duration) -> Duration {
+    limit / 8
 }
 
 /// `ncclCommShrink` of the revoked `parent` without `exclude`: generation `gen`, the survivors'
@@ -371,16 +435,19 @@ pub fn grow(
         false => {
             // SAFETY: the handle the grow made, used by this thread alone.
             let mut watch = unsafe { Watch::new(grown, None, who, gen) };
+            watch.abort_bound = Some(grow_abort_bound(limit));
             let left = limit.saturating_sub(start.elapsed());
             let ready = settle(res, &mut watch, "ncclCommGrow", left);
-            if ready.is_err() {
-                abort_unless_given_up(grown, watch.work.is_abandoned());
+            if ready.is_err() && !watch.given_up() {
+                abort_bounded(grown, grow_abort_bound(limit));
             }
             ready
         }
     };
-    if !parent.is_null() {
-        release(parent, result.is_err())?;
+    match (parent.is_null(), result.is_err()) {
+        (true, _) => {}
+        (false, true) => abort_bounded(parent, grow_abort_bound(limit)),
+        (false, false) => release(parent, false)?,
     }
     result.map(|()| grown)
 }
@@ -536,6 +603,25 @@ impl Drop for Gpu {
         });
         if let Err(e) = freed {
             eprintln!("warning: releasing the GPU buffer: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::membership::Bounds;
+
+    #[test]
+    fn a_failed_grows_two_aborts_fit_in_rank_0s_report_window() {
+        for secs in [1, 5, 30] {
+            let bounds = Bounds::new(Duration::from_secs(secs));
+            let aborts = 2 * grow_abort_bound(bounds.setup);
+            assert!(
+                aborts <= bounds.report / 2,
+                "--deadline {secs}: the aborts may take {aborts:?} of a {:?} window",
+                bounds.report
+            );
         }
     }
 }

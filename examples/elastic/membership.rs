@@ -408,6 +408,40 @@ mod tests {
         );
     }
 
+    /// The GPU run's failed `grow`: a survivor killed while the others and a replacement grow. The
+    /// replacement hears of it from the rendezvous as soon as rank 0 does (the 6.8 s it took there
+    /// were its grow's failure path, not the news).
+    #[test]
+    fn a_death_during_the_grow_is_news_to_the_replacement_at_once() {
+        let (c, mut members, master, _) = recovered(4, &[3], bounds(200));
+        let (joined, member_order) = std::thread::scope(|s| {
+            let joiner = s.spawn(|| Client::join(&master, T).expect("joined"));
+            let member = s.spawn(|| members[0].await_grow(1, T));
+            let order = c.await_grow(1, T, &mut || Ok("a11".to_string()));
+            assert_eq!(order, Ok(Order::Grow { gen: 2, size: 4 }));
+            (
+                joiner.join().expect("no panic"),
+                member.join().expect("no panic"),
+            )
+        });
+        assert_eq!(member_order, Ok(Order::Grow { gen: 2, size: 4 }));
+        let (replacement, j) = joined;
+        assert_eq!((j.gen, j.rank), (2, 3));
+        assert_eq!(replacement.lost(2), None);
+        drop(members.remove(1)); // old rank 2 dies during the grow
+        let told = Instant::now();
+        let why = wait_for("the replacement hears of it", || replacement.lost(2));
+        assert!(why.contains("rank 2 of generation 2 died"), "{why}");
+        let heard = wait_for("rank 0 hears of it", || c.lost(2));
+        assert_eq!(heard, why, "the same news");
+        assert!(
+            told.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            told.elapsed()
+        );
+        assert!(members[0].lost(2).is_some(), "and the other survivor");
+    }
+
     #[test]
     fn a_death_while_waiting_for_replacements_is_a_recovery_not_a_hang() {
         let (c, mut members, _, _) = recovered(3, &[2], bounds(200));
