@@ -136,7 +136,9 @@ impl Watched for Watch<'_> {
     fn abort(&mut self) -> Result<(), GpuError> {
         self.given_up_at.get_or_insert_with(Instant::now);
         match self.abort_bound {
-            Some(bound) if !self.given_up() => {
+            // Handed off before: nothing to do, nothing to touch.
+            _ if self.handed_off => Ok(()),
+            Some(bound) if !self.work.is_abandoned() => {
                 self.handed_off = true;
                 abort_bounded(self.comm, bound);
                 Ok(())
