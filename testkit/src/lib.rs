@@ -3,6 +3,8 @@
 //!
 //! - [`gpu`]: the preamble every GPU test runs first ([`gpu::gpus`]), the driver table, and the
 //!   visible skip line ([`gpu::skip`]).
+//! - [`device_memory`]: the device memory this process uses (nvidia-smi's per-process rows; GPU-wide,
+//!   and saying so, where it lists none), for the leak and cleanup checks.
 //! - [`devbuf`]: device buffers whose copies are queued on the caller's stream.
 //! - [`world`]: one communicator and one stream per GPU, driven from one thread; groups and polling.
 //! - [`ranks`]: one process per rank: a test runs itself once per rank, placed by [`placement`], and
@@ -23,6 +25,7 @@ pub mod child;
 pub mod codec;
 pub mod deps;
 pub mod devbuf;
+pub mod device_memory;
 pub mod gpu;
 pub mod hex;
 pub mod launcher;
