@@ -69,7 +69,12 @@ impl Used {
 /// The device memory in use now: this process's on every GPU (nvidia-smi), else, GPU-wide, on
 /// `devices` (see the module). Makes each of `devices`' primary context current in turn, so that this
 /// process holds a context (and has an nvidia-smi row) before the first reading: the last stays current.
-pub fn used(devices: &[i32]) -> Result<Used, String> {
+/// Panics, naming the GPUs and the cause, where there is no reading (the test cannot measure).
+pub fn used(devices: &[i32]) -> Used {
+    read(devices).unwrap_or_else(|e| panic!("device memory on GPUs {devices:?}: {e}"))
+}
+
+fn read(devices: &[i32]) -> Result<Used, String> {
     for &d in devices {
         cuda::use_device(d, "device memory reading").map_err(|e| e.to_string())?;
     }

@@ -1,15 +1,15 @@
 //! What the fault tests share beyond the testkit (re-exported here): host-computed inputs and sums,
-//! memory gauges, and a world's all-reduces checked against the host.
+//! host memory, and a world's all-reduces checked against the host.
 
 use std::time::Duration;
 
 pub use metrale_gpu_testkit::child;
 pub use metrale_gpu_testkit::devbuf::DevBuf;
+pub use metrale_gpu_testkit::device_memory::{self, Source, Used};
 pub use metrale_gpu_testkit::gpu::{gpus, measured};
 pub use metrale_gpu_testkit::ranks::{self, Me};
 pub use metrale_gpu_testkit::world::World;
 
-use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
 use metrale_gpu_sys::watchdog::Watchdog;
 
@@ -20,19 +20,6 @@ pub fn secs_from_env(var: &str, default: u64) -> Duration {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default);
     Duration::from_secs(s)
-}
-
-/// `cuMemGetInfo` free bytes of `device`.
-pub fn device_free(device: i32) -> usize {
-    let api = cuda::use_device(device, "device_free").expect("use_device");
-    let (mut free, mut total) = (0usize, 0usize);
-    // SAFETY: writes two sizes through valid pointers; the device's context is current.
-    check_cuda(
-        unsafe { api.cuMemGetInfo_v2(&mut free, &mut total) },
-        "cuMemGetInfo",
-    )
-    .expect("cuMemGetInfo");
-    free
 }
 
 /// `VmRSS` of this process, in bytes.

@@ -92,7 +92,7 @@ fn killed_peer_rank(me: &Me) {
     config.blocking = 0;
     let (mut world, _) = me.join_config(config).expect("non-blocking init");
     let (comm, stream, dev) = (world.comms[0], world.streams[0], world.devs[0]);
-    let free_before = device_free(dev);
+    let used_before = device_memory::used(&[dev]);
     let send = DevBuf::cuda(dev, KILL_COUNT * 4);
     let recv = DevBuf::cuda(dev, KILL_COUNT * 4);
     send.upload_f32(&inputs(1, rank, KILL_COUNT), stream);
@@ -166,28 +166,26 @@ fn killed_peer_rank(me: &Me) {
     // SAFETY: the stream is live; the aborted communicator is not used again.
     let drained = unsafe { sync_stream(stream) };
     println!("rank {rank}: sync_stream after the abort: {drained:?}");
-    let buffers = (send.bytes + recv.bytes) as f64;
-    let free_before_frees = device_free(dev);
+    let buffers = (send.bytes + recv.bytes) as f64 / MIB;
+    let used_before_frees = device_memory::used(&[dev]);
     send.free().expect("cuMemFree after the abort");
     recv.free().expect("cuMemFree after the abort");
     drop(world);
-    let free_after = device_free(dev);
-    let returned = free_after as f64 - free_before_frees as f64;
+    let used_after = device_memory::used(&[dev]);
+    let returned = -used_before_frees.grown_mib(&used_after);
     println!(
-        "rank {rank}: our buffers ({:.0} MiB) returned {:.0} MiB; device memory free before the buffers \
-         {:.0} MiB, after the cleanup {:.0} MiB (NCCL keeps some of an aborted communicator's own; ranks \
-         sharing this GPU count too)",
-        buffers / MIB,
-        returned / MIB,
-        free_before as f64 / MIB,
-        free_after as f64 / MIB,
+        "rank {rank}: our buffers ({buffers:.0} MiB) returned {returned:.0} MiB; device memory in use \
+         before the buffers {:.0} MiB, after the cleanup {:.0} MiB ({}; NCCL keeps some of an aborted \
+         communicator's own)",
+        used_before.mib(),
+        used_after.mib(),
+        used_after.source,
     );
-    // Our buffers are back. (Other ranks on this GPU free theirs meanwhile, which only adds.)
+    // Our buffers are back. (GPU-wide, other ranks on this GPU free theirs meanwhile, which only adds.)
     assert!(
-        returned > buffers - 4.0 * MIB,
-        "rank {rank}: only {:.0} of our {:.0} MiB came back after the abort",
-        returned / MIB,
-        buffers / MIB
+        returned > buffers - 4.0,
+        "rank {rank}: only {returned:.0} of our {buffers:.0} MiB came back after the abort ({})",
+        used_after.source
     );
     println!("FAULT-CLEAN rank {rank}: aborted, memory freed, exiting 0");
 }

@@ -6,6 +6,8 @@ use std::os::raw::c_void;
 use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
 
+use metrale_gpu_testkit::device_memory;
+
 use crate::common::*;
 use crate::data;
 
@@ -22,21 +24,10 @@ fn nccl_mem_alloc_sizes() {
             .into_iter()
             .enumerate()
         {
-            let (mut free_before, mut total) = (0, 0);
-            // SAFETY: writes two sizes.
-            check_cuda(
-                unsafe { api.cuMemGetInfo_v2(&mut free_before, &mut total) },
-                "cuMemGetInfo",
-            )
-            .expect("mem info");
+            // This process's device memory, in whole MiB: fine beside the 2 MiB slack below.
+            let before = device_memory::used(&[dev]);
             let buf = DevBuf::nccl(dev, size);
-            let mut free_after = 0;
-            // SAFETY: as above.
-            check_cuda(
-                unsafe { api.cuMemGetInfo_v2(&mut free_after, &mut total) },
-                "cuMemGetInfo",
-            )
-            .expect("mem info");
+            let after = device_memory::used(&[dev]);
             let pattern = 0x11 * (i as u8 + 1) + dev as u8;
             cuda::use_device(dev, "memory test").expect("use_device");
             // SAFETY: the whole allocation, with the device's context current.
@@ -62,15 +53,17 @@ fn nccl_mem_alloc_sizes() {
                 );
             }
             println!(
-                "GPU {dev}: nccl_mem_alloc({size}) at {:#x}: written and read back; free memory {} -> {} MiB",
+                "GPU {dev}: nccl_mem_alloc({size}) at {:#x}: written and read back; device memory in use {:.0} -> {:.0} MiB ({})",
                 buf.ptr,
-                free_before / MiB,
-                free_after / MiB
+                before.mib(),
+                after.mib(),
+                after.source
             );
+            let taken = after.bytes.saturating_sub(before.bytes);
             assert!(
-                free_before - free_after >= size.saturating_sub(2 * MiB),
-                "GPU {dev}: allocating {size} bytes took only {} bytes of free memory",
-                free_before - free_after
+                taken >= size.saturating_sub(2 * MiB) as u64,
+                "GPU {dev}: allocating {size} bytes took only {taken} bytes of device memory ({})",
+                after.source
             );
             drop(buf); // nccl_mem_free
         }

@@ -1,32 +1,33 @@
 //! `ncclCommSuspend(NCCL_SUSPEND_MEM)` gives the communicator's releasable GPU memory back to the driver
-//! (`cuMemGetInfo`'s free memory rises by about `ncclStatGpuMemSuspend` bytes; `ncclStatGpuMemSuspended`
-//! turns 1), `ncclCommResume` takes it again, and an all-reduce after it is correct. NCCL keeps
-//! `ncclStatGpuMemSuspend` as the size of what can be suspended, suspended or not: the bytes released
-//! are the driver's figure. Each rank is a process of its own; suspend and resume synchronise the ranks
-//! inside NCCL, and the harness's barriers keep every rank in the same state while each measures. The
-//! driver's figure is the whole GPU's, so ranks that share a GPU see each other's memory released too:
-//! the checks are lower bounds, which that only adds to.
+//! (the device memory this process uses falls by about `ncclStatGpuMemSuspend` bytes;
+//! `ncclStatGpuMemSuspended` turns 1), `ncclCommResume` takes it again, and an all-reduce after it is
+//! correct. NCCL keeps `ncclStatGpuMemSuspend` as the size of what can be suspended, suspended or not:
+//! the bytes released are the driver's figure, this process's from nvidia-smi, in whole MiB (NCCL's
+//! buffers are mapped in 2 MiB pages, so nothing is lost to rounding). Each rank is a process of its own;
+//! suspend and resume synchronise the ranks inside NCCL, and the harness's barriers keep every rank in
+//! the same state while each measures: where nvidia-smi lists no process the figure is the whole GPU's,
+//! ranks that share a GPU then see each other's memory released too, and the checks stay lower bounds,
+//! which that only adds to.
 
-use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
 
-use metrale_gpu_testkit::gpu::api;
+use metrale_gpu_testkit::device_memory::{self, Used};
 
 use crate::support::*;
 
 const COUNT: usize = 1 << 20;
 
-/// `ncclCommMemStats` and the device's free memory at one moment.
-#[derive(Debug, Clone, Copy)]
+/// `ncclCommMemStats` and the device memory this process uses at one moment.
+#[derive(Debug, Clone)]
 struct Snapshot {
     suspendable: u64,
     suspended: u64,
     persistent: u64,
     total: u64,
-    free: usize,
+    used: Used,
 }
 
-fn snapshot(comm: NcclComm) -> Result<Snapshot, String> {
+fn snapshot(comm: NcclComm, device: i32) -> Result<Snapshot, String> {
     let stat = |which: ncclCommMemStat_t| -> Result<u64, String> {
         let mut value = 0;
         // SAFETY: a live communicator; writes one u64.
@@ -34,37 +35,33 @@ fn snapshot(comm: NcclComm) -> Result<Snapshot, String> {
         check_nccl(res, "ncclCommMemStats").map_err(|e| e.to_string())?;
         Ok(value)
     };
-    let (mut free, mut total) = (0, 0);
-    // SAFETY: writes two sizes; the communicator's device is current on this thread.
-    let res = unsafe { api().cuMemGetInfo_v2(&mut free, &mut total) };
-    check_cuda(res, "cuMemGetInfo").map_err(|e| e.to_string())?;
+    let used = device_memory::used(&[device]);
     Ok(Snapshot {
         suspendable: stat(ncclCommMemStat_t::ncclStatGpuMemSuspend)?,
         suspended: stat(ncclCommMemStat_t::ncclStatGpuMemSuspended)?,
         persistent: stat(ncclCommMemStat_t::ncclStatGpuMemPersist)?,
         total: stat(ncclCommMemStat_t::ncclStatGpuMemTotal)?,
-        free,
+        used,
     })
 }
 
 /// Snapshots before, while suspended and after resuming. Every rank passes the same barriers, so each
 /// measures while every rank is in the same state.
 fn suspend_and_resume(me: &Me, comm: NcclComm) -> Result<[Snapshot; 3], String> {
-    cuda::use_device(me.device, "suspend test").map_err(|e| e.to_string())?;
     me.barrier("before");
-    let before = snapshot(comm)?;
+    let before = snapshot(comm, me.device)?;
     me.barrier("measured-before");
     // SAFETY: a live, idle communicator (its all-reduce has completed).
     let suspended = unsafe { ncclCommSuspend(comm, NCCL_SUSPEND_MEM as i32) };
     me.barrier("suspended");
     check_nccl(suspended, "ncclCommSuspend(NCCL_SUSPEND_MEM)").map_err(|e| e.to_string())?;
-    let during = snapshot(comm)?;
+    let during = snapshot(comm, me.device)?;
     me.barrier("measured-during");
     // SAFETY: the communicator suspended above.
     let resumed = unsafe { ncclCommResume(comm) };
     me.barrier("resumed");
     check_nccl(resumed, "ncclCommResume").map_err(|e| e.to_string())?;
-    Ok([before, during, snapshot(comm)?])
+    Ok([before, during, snapshot(comm, me.device)?])
 }
 
 #[test]
@@ -80,20 +77,21 @@ fn suspend_rank(me: &Me) {
     all_reduce(&mut world, COUNT, 0).expect("all-reduce before suspending");
     let [before, during, after] =
         suspend_and_resume(me, world.comms[0]).unwrap_or_else(|e| panic!("rank {r}: {e}"));
-    let released = during.free as i64 - before.free as i64;
-    let retaken = during.free as i64 - after.free as i64;
+    let released = before.used.bytes as i64 - during.used.bytes as i64;
+    let retaken = after.used.bytes as i64 - during.used.bytes as i64;
     println!(
         "rank {r}: suspendable {} B, persistent {} B, total {} B; suspended flag {} -> {} -> {}; \
-         cuMemGetInfo free {} -> {} -> {} B (released {released} B, taken again {retaken} B)",
+         device memory in use {} -> {} -> {} B ({}; released {released} B, taken again {retaken} B)",
         before.suspendable,
         before.persistent,
         before.total,
         before.suspended,
         during.suspended,
         after.suspended,
-        before.free,
-        during.free,
-        after.free
+        before.used.bytes,
+        during.used.bytes,
+        after.used.bytes,
+        after.used.source
     );
     let mut failures = Vec::new();
     let flags = (before.suspended, during.suspended, after.suspended) == (0, 1, 0);
