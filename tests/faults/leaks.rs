@@ -137,7 +137,8 @@ fn no_leak_communicators() {
                     .count();
                 if sharing > 1 {
                     metrale_gpu_testkit::gpu::skip(test, &format!(
-                        "rank {}: {sharing} ranks share GPU {} and only its GPU-wide figure is known                          (see the device memory line): VmRSS is checked",
+                        "rank {}: {sharing} ranks share GPU {} and only its GPU-wide figure is known \
+                         (see the device memory line): VmRSS is checked",
                         me.rank, me.device
                     ));
                 }
