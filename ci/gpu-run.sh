@@ -19,7 +19,7 @@
 #   multi  at each count: examples/multi_process placed like the tests, started with flags and torchrun's
 #          variables, and under mpirun where this host has Open MPI's (a SKIP row otherwise)
 #   tests  at each count: the GPU, fault and NCCL API suites with cargo-nextest from the archive
-#          (ci/gpu-nextest.toml: one test at a time, each killed after 240 s), except the fixed-count tests
+#          (ci/gpu-nextest.toml: one test at a time, each killed after 300 s), except the fixed-count tests
 #          and the peer-kill test; GPU_TESTS=<nextest filterset> picks some. The NCCL API suite's elastic
 #          test runs the staged examples/elastic (METRALE_ELASTIC_BIN). A test that prints
 #          "SKIP <test>: <why>" (it needs more GPUs in one process than this host has) is a SKIP row
@@ -40,6 +40,9 @@
 # Logs: LOGDIR/summary.txt (the table and every MEASURED line), machine.txt, nccl-VERSION/*.log.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+# A hung rank's stacks come from gdb or cuda-gdb on PATH (testkit/src/stacks.rs); CUDA's is in its bin/.
+{ command -v gdb || command -v cuda-gdb; } >/dev/null || [ ! -x /usr/local/cuda/bin/cuda-gdb ] ||
+    export PATH=$PATH:/usr/local/cuda/bin
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 logdir=${1:?usage: bash .gpu-build/run.sh LOGDIR [VERSION[=LIBDIR][@RANKS] ...]}

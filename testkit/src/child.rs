@@ -105,11 +105,7 @@ pub fn test_command(test: &str, env: &[(&str, String)]) -> Command {
 /// (`CARGO_TARGET_<TRIPLE>_RUNNER`, qemu-user when cross-testing: the kernel cannot run it itself).
 pub fn this_binary() -> Command {
     let exe = std::env::current_exe().expect("the test binary's path");
-    let runner = format!(
-        "CARGO_TARGET_{}_RUNNER",
-        crate::deps::target().to_uppercase().replace('-', "_")
-    );
-    let runner = std::env::var(runner).unwrap_or_default();
+    let runner = runner().unwrap_or_default();
     let mut words = runner.split_whitespace();
     match words.next() {
         Some(program) => {
@@ -119,6 +115,15 @@ pub fn this_binary() -> Command {
         }
         None => Command::new(exe),
     }
+}
+
+/// The target's cargo runner (`CARGO_TARGET_<TRIPLE>_RUNNER`), where one is set.
+pub fn runner() -> Option<String> {
+    let var = format!(
+        "CARGO_TARGET_{}_RUNNER",
+        crate::deps::target().to_uppercase().replace('-', "_")
+    );
+    std::env::var(var).ok().filter(|r| !r.trim().is_empty())
 }
 
 /// Starts `cmd` (from [`command`], or another program such as an example) as the child `name`, with
@@ -181,6 +186,11 @@ impl Child {
     pub fn wait_unique_id(&self, timeout: Duration) -> Option<String> {
         let (_, line) = self.wait_line(ID_LINE, timeout)?;
         line.split(ID_LINE).nth(1).map(|hex| hex.trim().to_string())
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.process.id()
     }
 
     /// Its exit status if it has exited, without waiting.

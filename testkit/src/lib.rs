@@ -17,6 +17,7 @@
 //! - [`placement`]: where each rank of a multi-process test runs: R ranks over G GPUs, simulated hosts
 //!   where ranks share a GPU (`METRALE_TEST_RANKS`, `METRALE_TEST_PLACEMENT`).
 //! - [`deps`]: the libnccl builds `ci/setup` installed for this binary's architecture.
+//! - [`stacks`]: every thread's stack of a stuck process, from gdb or cuda-gdb where one is on `PATH`.
 //! - [`skip`]: the one line a test prints when it cannot hold where it runs, visible and counted.
 //! - [`launcher`]: the multi-process examples' placement (flags, torchrun, Slurm, Open MPI, PMI) and
 //!   their connection to rank 0.
@@ -33,5 +34,6 @@ pub mod op;
 pub mod placement;
 pub mod ranks;
 pub mod skip;
+pub mod stacks;
 pub mod standin;
 pub mod world;

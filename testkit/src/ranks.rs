@@ -19,7 +19,7 @@
 //!   (`module::function`: the name libtest prints), each with its rank, its device and the plan's NCCL
 //!   variables. Every wait is bounded: the ranks together get [`LIMIT_VAR`] seconds (default
 //!   [`DEFAULT_LIMIT`]); once one rank fails, the others get [`GRACE`] to report what they saw, then
-//!   are killed. The parent prints every rank's output, and fails naming the first rank that failed.
+//!   are killed, each after its every thread's stack ([`crate::stacks`]) is added to its output. The parent prints every rank's output, and fails naming the first rank that failed.
 //!   A rank that exits 0 without having run the body (a wrong name) is a failure too.
 //! - **In a child** ([`Me::get`] is `Some`): [`Test::run`] joins the communicator of every rank
 //!   (`ncclCommInitRank`, rank 0's unique id) on its device and runs the body with a [`World`] of this
@@ -39,6 +39,7 @@ use metrale_gpu_sys::nccl::*;
 
 use crate::child::{self, Child, Finished};
 use crate::placement::Plan;
+use crate::stacks;
 use crate::world::{wait_comms, World};
 
 /// The device ordinal of a rank's process.
@@ -51,7 +52,8 @@ pub const RENDEZVOUS: &str = "METRALE_TEST_RENDEZVOUS";
 pub const TEST: &str = "METRALE_TEST_NAME";
 /// Seconds the ranks of one test get together, overriding [`DEFAULT_LIMIT`].
 pub const LIMIT_VAR: &str = "METRALE_TEST_LIMIT_S";
-/// Below the GPU runner's per-test kill (240 s), so that the parent reports the rank that hung.
+/// With [`stacks::LIMIT`], below the GPU runner's per-test kill (`ci/gpu-nextest.toml`: 300 s), so
+/// that the parent reports the rank that hung and where.
 pub const DEFAULT_LIMIT: Duration = Duration::from_secs(200);
 /// How long the other ranks may run on once one has failed.
 pub const GRACE: Duration = Duration::from_secs(15);
@@ -379,17 +381,31 @@ impl Job {
         } else {
             "still running after another rank failed".to_string()
         };
+        // Where each rank still running is stuck, taken from all of them at once, before the kill.
+        let stuck: Vec<usize> = (0..self.children.len())
+            .filter(|&r| self.children[r].poll().is_none())
+            .collect();
+        for &r in &stuck {
+            println!(
+                "{} {reason}: its stacks, then killing it",
+                self.children[r].name
+            );
+        }
+        let pids: Vec<u32> = stuck.iter().map(|&r| self.children[r].pid()).collect();
+        let mut stacks = vec![String::new(); self.children.len()];
+        for (r, text) in stuck.into_iter().zip(stacks::capture(&pids)) {
+            stacks[r] = text;
+        }
         self.children
             .drain(..)
-            .map(|mut c| {
-                let killed = c.poll().is_none();
-                if killed {
-                    println!("{} {reason}: killing it", c.name);
-                }
+            .zip(stacks)
+            .map(|(mut c, stacks)| {
+                let status = c.wait_exit(Duration::ZERO);
+                let output = c.output() + &stacks;
                 Finished {
                     name: c.name.clone(),
-                    status: c.wait_exit(Duration::ZERO),
-                    output: c.output(),
+                    status,
+                    output,
                 }
             })
             .collect()
@@ -527,8 +543,9 @@ mod tests {
         let started = Instant::now();
         let grace = Duration::from_secs(1);
         let done = job.wait_grace(Duration::from_secs(100), grace);
-        // Rank 1's own exit (a process start and a panic) plus the grace, far below the limit.
-        assert!(started.elapsed() < grace + Duration::from_secs(30));
+        // Rank 1's own exit (a process start and a panic), the grace and the stacks of the two waiting
+        // ranks: far below the limit.
+        assert!(started.elapsed() < grace + stacks::LIMIT + Duration::from_secs(30));
         assert!(done[1].status.is_some_and(|s| !s.success()));
         assert!(
             done[0].status.is_none() && done[2].status.is_none(),
@@ -561,6 +578,77 @@ mod tests {
         );
         let msg = failure("ranks::tests::no_such_test", &done);
         assert!(msg.contains("exited 0 without running the body"), "{msg}");
+    }
+
+    /// A rank's side: sleeps until it is killed.
+    #[test]
+    fn rank_sleeps() {
+        let Some(me) = Me::get("ranks::tests::rank_sleeps") else {
+            return;
+        };
+        println!("SLEEPING rank {}", me.rank);
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+
+    #[test]
+    fn a_stuck_rank_shows_its_stacks() {
+        if child::runner().is_some()
+            || stacks::debugger(std::env::var_os("PATH").as_deref()).is_none()
+        {
+            crate::skip::skip(format!(
+                "no debugger that sees the ranks' own frames (none of {:?} on PATH, or a cargo runner)",
+                stacks::DEBUGGERS
+            ));
+            return;
+        }
+        let job = Job::start("ranks::tests::rank_sleeps", plan(2), &[]);
+        for c in &job.children {
+            let started = c.wait_line("SLEEPING", Duration::from_secs(60));
+            assert!(started.is_some(), "{} did not start", c.name);
+        }
+        let done = job.wait(Duration::ZERO);
+        for f in &done {
+            assert!(f.status.is_none(), "{} is killed", f.name);
+            // Each rank's output holds its own stacks: the sleeping thread's frames by name.
+            for frame in ["nanosleep", "ranks::tests::rank_sleeps"] {
+                assert!(
+                    f.output.contains(frame),
+                    "{}: no {frame}:\n{}",
+                    f.name,
+                    f.output
+                );
+            }
+        }
+    }
+
+    /// The GPU runner's nextest kill (period x terminate-after of ci/gpu-nextest.toml's first
+    /// slow-timeout, the one of every test but the peer-kill test) comes after this harness's limit and
+    /// the stacks, with time to spare for the kill and the printing.
+    #[test]
+    fn the_runners_kill_comes_after_the_limit_and_the_stacks() {
+        let toml = include_str!("../../ci/gpu-nextest.toml");
+        let line = toml
+            .lines()
+            .find(|l| l.starts_with("slow-timeout"))
+            .expect("a slow-timeout in ci/gpu-nextest.toml");
+        let number = |key: &str| -> u64 {
+            let rest =
+                &line[line.find(key).unwrap_or_else(|| panic!("{key} in {line}")) + key.len()..];
+            let digits: String = rest
+                .trim_start_matches([' ', '=', '"'])
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().unwrap_or_else(|_| panic!("{key} in {line}"))
+        };
+        let kill = Duration::from_secs(number("period") * number("terminate-after"));
+        let ours = DEFAULT_LIMIT + stacks::LIMIT + Duration::from_secs(30);
+        assert!(
+            ours <= kill,
+            "{ours:?} (limit, stacks, 30 s to kill and print) > nextest's {kill:?}: {line}"
+        );
     }
 
     /// A rank's side: prints what its parent set.

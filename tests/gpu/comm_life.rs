@@ -253,6 +253,13 @@ fn comm_abort() {
         let mut tally = Tally::new();
         exercise(&world, &mut tally, "before abort", 6900);
         world.sync_all().expect("sync every stream");
+        // Every rank's stream done before any rank aborts: a rank's kernel returns with its last sends
+        // still queued in its proxy (over the network transport; NCCL 2.29.7 prims_simple.h waits for
+        // them only for registered buffers), and ncclCommAbort stops the proxy at once, queued sends
+        // or not (proxy.cc: the progress loop ends on the abort flag; a destroy drains it first). A peer
+        // still receiving would then wait forever in its sync. Once every stream is done, everything
+        // sent has been received.
+        me.barrier("before-abort");
         for &c in &world.comms {
             // SAFETY: a live communicator, aborted once (the world forgets it below).
             let res =
