@@ -2,8 +2,8 @@
 //! died, how each survivor holds a lost generation, and the plan they all follow.
 //!
 //! A generation is lost when a member's connection ends without `DONE` (the kernel closes a dead
-//! process's sockets, even after SIGKILL), when a member reports losing it, or when rank 0 does: the
-//! coordinator then tells every live member (`RECOVER`). Agreement: rank 0 waits until every live
+//! process's sockets, even after SIGKILL), when a member says `DONE` below full size, when a member
+//! reports losing it, or when rank 0 does: the coordinator then tells every live member (`RECOVER`). Agreement: rank 0 waits until every live
 //! member has said how it holds the lost generation, at most the report bound; a member silent past
 //! it is treated as dead (told `EXCLUDED`, its connection closed), so a survivor never waits on a rank
 //! that fails during recovery. One dead set follows, and one plan for all: shrink when every survivor
@@ -116,6 +116,19 @@ impl Roster {
                 if gen == self.gen {
                     self.declare_lost(gen, format!("rank {rank} lost generation {gen}"));
                 }
+            }
+            // Below full size a rank's end leaves the communicator short all the same: a death, told
+            // at once (the generation is lost; rank 0's grow id would send to it in vain), not a
+            // silence the report window finds.
+            Message::Done if self.members.len() < self.world => {
+                let gen = self.gen;
+                let why = format!(
+                    "rank {rank} of generation {gen} finished below the full size ({} of {} ranks)",
+                    self.members.len(),
+                    self.world
+                );
+                self.members[rank].exclude(&format!("{why}: treated as dead"));
+                self.declare_lost(gen, why);
             }
             Message::Done => self.members[rank].done = true,
             other => {

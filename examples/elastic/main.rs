@@ -70,9 +70,9 @@ fn main() -> ExitCode {
 /// What the command line (or torchrun's variables) says.
 #[cfg(nccl_2_29)]
 pub struct Args {
-    /// `None` for a replacement (`--join`).
-    pub rank: Option<usize>,
-    pub world_size: usize,
+    /// A rank of the first world: its rank and the world's size. `None` for a replacement (`--join`),
+    /// which learns both from its grow (the coordinator's `GROWID`: a grow restores the full size).
+    pub first: Option<First>,
     pub local_rank: i32,
     pub master: String,
     pub deadline: Duration,
@@ -97,13 +97,13 @@ fn main() -> ExitCode {
         }
     };
     let who = args
-        .rank
-        .map_or("replacement".to_string(), |r| format!("rank {r}"));
+        .first
+        .map_or("replacement".to_string(), |f| format!("rank {}", f.rank));
     let result = metrale_gpu_sys::version::check_library_version()
         .map_err(|e| e.to_string())
         .and_then(|_| comm::Gpu::new(args.local_rank).map_err(|e| e.to_string()))
-        .and_then(|mut gpu| match args.rank {
-            Some(rank) => recovery::run_member(&args, rank, &mut gpu),
+        .and_then(|mut gpu| match args.first {
+            Some(first) => recovery::run_member(&args, first, &mut gpu),
             None => recovery::run_replacement(&args, &mut gpu),
         });
     match result {
@@ -114,6 +114,14 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A rank of the first world.
+#[cfg(nccl_2_29)]
+#[derive(Clone, Copy)]
+pub struct First {
+    pub rank: usize,
+    pub world_size: usize,
 }
 
 /// The variable behind [`Args::grow_id_delay`].
@@ -149,17 +157,19 @@ fn parse_args() -> Result<Args, String> {
                 .map_err(|_| format!("{delay}={ms:?} is not a number of milliseconds"))?,
         ),
     };
-    let (rank, world_size, local_rank, master) = if join {
+    let (first, local_rank, master) = if join {
         let (local_rank, master) = launcher::joiner(&rest, &env)?;
-        (None, 0, local_rank, master)
+        (None, local_rank, master)
     } else {
         let me = launcher::placement(&rest, &env)?;
-        let (rank, size) = (me.rank as usize, me.world_size as usize);
-        (Some(rank), size, me.local_rank, me.master)
+        let first = First {
+            rank: me.rank as usize,
+            world_size: me.world_size as usize,
+        };
+        (Some(first), me.local_rank, me.master)
     };
     Ok(Args {
-        rank,
-        world_size,
+        first,
         local_rank: local_rank as i32,
         master,
         deadline: Duration::from_secs(deadline as u64),

@@ -142,6 +142,7 @@ mod tests {
     //! The agreement over TCP on loopback, with threads for ranks: no GPU, no NCCL.
 
     use super::*;
+    use crate::client::Joined;
     use crate::protocol::How;
     use crate::{bounded, client};
     use std::sync::mpsc;
@@ -446,6 +447,112 @@ mod tests {
         );
         let other = wait_for("and the other survivor", || members[0].lost(2));
         assert_eq!(other, why, "the same news");
+    }
+
+    /// Ranks `members` and rank 0 wait for the grow of generation `gen`, `joining` replacements join
+    /// at once: the order all of them got, and the replacements' places (gen, rank, size), sorted.
+    fn grow_all(
+        c: &Coordinator,
+        gen: u64,
+        members: &[Client],
+        joining: usize,
+        master: &str,
+    ) -> (Order, Vec<Client>, Vec<(u64, usize, usize)>) {
+        std::thread::scope(|s| {
+            let joiners: Vec<_> = (0..joining)
+                .map(|_| s.spawn(|| Client::join(master, T).expect("joined")))
+                .collect();
+            let waiting: Vec<_> = members
+                .iter()
+                .map(|m| s.spawn(move || m.await_grow(gen, T)))
+                .collect();
+            let order = c.await_grow(gen, T, &mut || Ok("a11".to_string()));
+            let order = order.expect("rank 0 grows");
+            for w in waiting {
+                assert_eq!(w.join().expect("no panic"), Ok(order.clone()), "same order");
+            }
+            let mut joined: Vec<(Client, Joined)> = joiners
+                .into_iter()
+                .map(|j| j.join().expect("no panic"))
+                .collect();
+            joined.sort_by_key(|(_, j)| j.rank);
+            let places = joined
+                .iter()
+                .map(|(_, j)| (j.gen, j.rank, j.size))
+                .collect();
+            (order, joined.into_iter().map(|(c, _)| c).collect(), places)
+        })
+    }
+
+    /// The GPU run's `grow` to its end (0 of 3 on NCCL 2.29.7 before): rank 3 dies; ranks 0-2 and a
+    /// replacement grow; rank 2 dies during it; the survivors (0, 1, the replacement) make generation
+    /// 3 of 3 ranks. The replacement's full size is its grow's, 4 (there it took the command line's,
+    /// which a `--join` has none of, finished at 3, and rank 0's grow id then sent to a process that
+    /// was gone); the next grow takes exactly one more replacement, ranks in order.
+    #[test]
+    fn a_death_during_the_grow_ends_at_full_size_with_one_replacement_more() {
+        let b = bounds(200);
+        let (c, mut members, master, _) = recovered(4, &[3], b);
+        let (order, mut first, places) = grow_all(&c, 1, &members, 1, &master);
+        assert_eq!(order, Order::Grow { gen: 2, size: 4 });
+        assert_eq!(places, vec![(2, 3, 4)], "a grow's size is the full world's");
+        drop(members.remove(1)); // old rank 2 dies during the grow
+        let replacement = first.remove(0);
+        wait_for("the replacement hears of it", || replacement.lost(2));
+        // Every survivor gave its grow up, aborted: a new id for 0, 1 and the replacement.
+        let survivors = vec![members.remove(0), replacement];
+        let (own, theirs) = recover_all(
+            &c,
+            (2, Held::Aborted),
+            &survivors,
+            &[Held::Aborted; 2],
+            b,
+            &mut || Ok("cafe".to_string()),
+        );
+        let init = How::Init { id: "cafe".into() };
+        assert_eq!(own.map(|p| (p.gen, p.size, p.how)), Ok((3, 3, init)));
+        let ranks: Vec<_> = theirs.iter().map(|p| p.as_ref().map(|p| p.rank)).collect();
+        assert_eq!(ranks, vec![Ok(1), Ok(2)], "the replacement is rank 2");
+        // Below its full size the replacement waits for the grow like the others: one more joins.
+        let (order, second, places) = grow_all(&c, 3, &survivors, 1, &master);
+        assert_eq!(order, Order::Grow { gen: 4, size: 4 });
+        assert_eq!(
+            places,
+            vec![(4, 3, 4)],
+            "the new one is rank 3, after the survivors"
+        );
+        for m in survivors.iter().chain(&second) {
+            m.finish().expect("DONE");
+        }
+        c.finish(T).expect("every rank finished at full size");
+        assert_eq!(c.lost(4), None);
+    }
+
+    /// A rank that says `DONE` below full size (a bug, or a process that gave up) leaves the
+    /// communicator short: rank 0 declares the generation lost at once and leaves the rank out,
+    /// rather than send it a grow id in vain and wait out the report window.
+    #[test]
+    fn a_rank_finishing_below_full_size_is_a_death_at_once() {
+        let b = bounds(200);
+        let (c, members, _, own) = recovered(3, &[2], b);
+        assert_eq!((own.gen, own.size), (1, 2));
+        members[0].finish().expect("DONE");
+        let why = wait_for("rank 0 hears of it", || c.lost(1));
+        assert!(
+            why.contains("rank 1 of generation 1 finished below the full size (2 of 3 ranks)"),
+            "{why}"
+        );
+        let told = wait_for("the rank is told it was left out", || {
+            members[0]
+                .lost(1)
+                .filter(|w| w.contains("left this rank out"))
+        });
+        assert!(told.contains("treated as dead"), "{told}");
+        let start = Instant::now();
+        let plan = c.recover(1, Held::Revoked, b.report, &mut no_id);
+        assert!(start.elapsed() < b.report, "{:?}", start.elapsed());
+        let shrink = How::Shrink { exclude: vec![1] };
+        assert_eq!(plan.map(|p| (p.gen, p.size, p.how)), Ok((2, 1, shrink)));
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! - `HELLO <rank>`: a rank of the first world; `JOIN`: a replacement, waiting for the next grow;
 //! - `LOST <gen> revoked|aborted`: this rank gave up on generation `gen` and holds it revoked (it can be
 //!   shrunk) or aborted (it cannot: NCCL reported an error, or the revoke did not end cleanly);
-//! - `DONE`: this rank finished; the end of its connection is no death.
+//! - `DONE`: this rank finished at full size; the end of its connection is no death (below full size
+//!   rank 0 treats it as one: the communicator is short a rank all the same);
 //!
 //! Coordinator to member:
 //! - `ID <hex>`: the first unique id (the answer to `HELLO`);

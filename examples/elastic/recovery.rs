@@ -14,7 +14,7 @@ use crate::comm::{self, Gpu, Lost, Outcome};
 use crate::coordinator::Coordinator;
 use crate::membership::{Bounds, Membership, Order};
 use crate::protocol::{rank_list, Held, How};
-use crate::Args;
+use crate::{Args, First};
 
 /// How long the rendezvous, the first init and a replacement's arrival may take.
 const STARTUP: Duration = Duration::from_secs(120);
@@ -88,11 +88,12 @@ impl Step {
 }
 
 /// A rank of the first world: rendezvous, init, steady loop, then recovery as it comes.
-pub fn run_member(args: &Args, rank: usize, gpu: &mut Gpu) -> Result<(), String> {
+pub fn run_member(args: &Args, first: First, gpu: &mut Gpu) -> Result<(), String> {
+    let First { rank, world_size } = first;
     let (who, id) = if rank == 0 {
         let id = NcclUniqueId::new().map_err(|e| e.to_string())?;
         let coordinator =
-            Coordinator::listen(&args.master, args.world_size, &hex::encode(&id.to_bytes()))?;
+            Coordinator::listen(&args.master, world_size, &hex::encode(&id.to_bytes()))?;
         println!("ELASTIC phase=listening port={}", coordinator.port());
         coordinator.wait_members(STARTUP)?;
         (Membership::Coordinator(coordinator), id)
@@ -100,12 +101,12 @@ pub fn run_member(args: &Args, rank: usize, gpu: &mut Gpu) -> Result<(), String>
         let (client, hex) = Client::hello(&args.master, rank, STARTUP)?;
         (Membership::Member(client), id_from_hex(&hex)?)
     };
-    let comm = comm::init(args.world_size, id, rank, STARTUP, &who, 0)?;
+    let comm = comm::init(world_size, id, rank, STARTUP, &who, 0)?;
     let now = Current {
         comm,
         gen: 0,
         rank,
-        size: args.world_size,
+        size: world_size,
     };
     for round in 0..args.iters {
         match gpu.all_reduce(now.comm, now.rank, now.size, round, &who, 0, args.deadline)? {
@@ -116,7 +117,9 @@ pub fn run_member(args: &Args, rank: usize, gpu: &mut Gpu) -> Result<(), String>
                 )
             }
             Outcome::Done => {}
-            Outcome::Lost(lost) => return live(args, gpu, &who, Step::lost(&now, lost)),
+            Outcome::Lost(lost) => {
+                return live(args, world_size, gpu, &who, Step::lost(&now, lost))
+            }
         }
     }
     comm::release(now.comm, false)?;
@@ -128,7 +131,9 @@ pub fn run_member(args: &Args, rank: usize, gpu: &mut Gpu) -> Result<(), String>
     Ok(())
 }
 
-/// A replacement: joins through the rendezvous and `ncclCommGrow`, then lives as the others do.
+/// A replacement: joins through the rendezvous and `ncclCommGrow`, then lives as the others do. The
+/// grow's size is the full world's (a grow restores it): the size this rank's later recoveries grow
+/// back to, like the first world's ranks.
 pub fn run_replacement(args: &Args, gpu: &mut Gpu) -> Result<(), String> {
     let (client, joined) = Client::join(&args.master, STARTUP)?;
     let who = Membership::Member(client);
@@ -157,7 +162,7 @@ pub fn run_replacement(args: &Args, gpu: &mut Gpu) -> Result<(), String> {
         },
         Err(e) => Step::failed(joined.gen, joined.rank, e, t.elapsed()),
     };
-    live(args, gpu, &who, step)
+    live(args, joined.size, gpu, &who, step)
 }
 
 fn grow_line(rank: usize, size: usize, gen: u64, took: Duration) -> String {
@@ -167,8 +172,15 @@ fn grow_line(rank: usize, size: usize, gen: u64, took: Duration) -> String {
     )
 }
 
-/// From `step` on: recover, check, grow, until the rank finishes at full size or cannot go on.
-fn live(args: &Args, gpu: &mut Gpu, who: &Membership, mut step: Step) -> Result<(), String> {
+/// From `step` on: recover, check, grow, until the rank finishes at full size (`world` ranks) or
+/// cannot go on.
+fn live(
+    args: &Args,
+    world: usize,
+    gpu: &mut Gpu,
+    who: &Membership,
+    mut step: Step,
+) -> Result<(), String> {
     let bounds = Bounds::new(args.deadline);
     let mut rounds = 0;
     loop {
@@ -206,7 +218,7 @@ fn live(args: &Args, gpu: &mut Gpu, who: &Membership, mut step: Step) -> Result<
                     continue;
                 }
                 println!("{line}");
-                match grow_back(args, who, &bounds, now)? {
+                match grow_back(args, world, who, &bounds, now)? {
                     Some(next) => next,
                     None => return Ok(()),
                 }
@@ -295,15 +307,16 @@ fn recover(
     })
 }
 
-/// After the checks on `now`: finish at full size, or wait for the replacements and grow (the next
-/// step), or give `now` up when its generation is lost meanwhile (the next step too).
+/// After the checks on `now`: finish at full size (`world`), or wait for the replacements and grow
+/// (the next step), or give `now` up when its generation is lost meanwhile (the next step too).
 fn grow_back(
     args: &Args,
+    world: usize,
     who: &Membership,
     bounds: &Bounds,
     now: Current,
 ) -> Result<Option<Step>, String> {
-    if now.size >= args.world_size {
+    if now.size >= world {
         comm::release(now.comm, false)?;
         who.finish(bounds.report)?;
         println!("ELASTIC result=ok rank={} size={}", now.rank, now.size);
@@ -313,7 +326,7 @@ fn grow_back(
         "ELASTIC phase=waiting rank={} gen={} replacements={}",
         now.rank,
         now.gen,
-        args.world_size - now.size
+        world - now.size
     );
     let mut grow_uid = None;
     let t = Instant::now();
