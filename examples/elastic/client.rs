@@ -45,6 +45,8 @@ impl Drop for Client {
 pub struct Joined {
     pub gen: u64,
     pub rank: usize,
+    /// The grown communicator's size: the first world's (a grow restores it), which a replacement
+    /// grows back to after a later loss.
     pub size: usize,
     /// The grow's unique id (hex).
     pub id: String,
