@@ -386,69 +386,6 @@ mod tests {
         assert_eq!(theirs[0].as_ref().map(|p| (p.rank, &p.how)), Ok((1, &init)));
     }
 
-    #[test]
-    fn replacements_joining_at_once_restore_full_size_in_order() {
-        let (c, members, master, own) = recovered(4, &[3, 1], bounds(200));
-        assert_eq!(own.size, 2);
-        // Two replacements at once; rank 0 and the survivor wait for the grow.
-        let (order, member_order, joined) = std::thread::scope(|s| {
-            let joiners: Vec<_> = (0..2)
-                .map(|_| s.spawn(|| Client::join(&master, T).map(|(_, j)| (j.gen, j.rank, j.size))))
-                .collect();
-            let member = s.spawn(|| members[0].await_grow(1, T));
-            let order = c.await_grow(1, T, &mut || Ok("a11".to_string()));
-            let mut joined: Vec<_> = joiners
-                .into_iter()
-                .map(|j| j.join().expect("no panic").expect("joined"))
-                .collect();
-            joined.sort();
-            (order, member.join().expect("no panic"), joined)
-        });
-        let grow = Order::Grow { gen: 2, size: 4 };
-        assert_eq!(order, Ok(grow.clone()));
-        assert_eq!(member_order, Ok(grow));
-        assert_eq!(
-            joined,
-            vec![(2, 2, 4), (2, 3, 4)],
-            "ranks 2 and 3, after the survivors"
-        );
-    }
-
-    /// The GPU run's failed `grow`: a survivor killed while the others and a replacement grow. The
-    /// replacement hears of it from the rendezvous as soon as rank 0 does (the 6.8 s it took there
-    /// were its grow's failure path, not the news).
-    #[test]
-    fn a_death_during_the_grow_is_news_to_the_replacement_at_once() {
-        let (c, mut members, master, _) = recovered(4, &[3], bounds(200));
-        let (joined, member_order) = std::thread::scope(|s| {
-            let joiner = s.spawn(|| Client::join(&master, T).expect("joined"));
-            let member = s.spawn(|| members[0].await_grow(1, T));
-            let order = c.await_grow(1, T, &mut || Ok("a11".to_string()));
-            assert_eq!(order, Ok(Order::Grow { gen: 2, size: 4 }));
-            (
-                joiner.join().expect("no panic"),
-                member.join().expect("no panic"),
-            )
-        });
-        assert_eq!(member_order, Ok(Order::Grow { gen: 2, size: 4 }));
-        let (replacement, j) = joined;
-        assert_eq!((j.gen, j.rank), (2, 3));
-        assert_eq!(replacement.lost(2), None);
-        drop(members.remove(1)); // old rank 2 dies during the grow
-        let told = Instant::now();
-        let why = wait_for("the replacement hears of it", || replacement.lost(2));
-        assert!(why.contains("rank 2 of generation 2 died"), "{why}");
-        let heard = wait_for("rank 0 hears of it", || c.lost(2));
-        assert_eq!(heard, why, "the same news");
-        assert!(
-            told.elapsed() < Duration::from_secs(1),
-            "{:?}",
-            told.elapsed()
-        );
-        let other = wait_for("and the other survivor", || members[0].lost(2));
-        assert_eq!(other, why, "the same news");
-    }
-
     /// Ranks `members` and rank 0 wait for the grow of generation `gen`, `joining` replacements join
     /// at once: the order all of them got, and the replacements' places (gen, rank, size), sorted.
     fn grow_all(
@@ -482,6 +419,46 @@ mod tests {
                 .collect();
             (order, joined.into_iter().map(|(c, _)| c).collect(), places)
         })
+    }
+
+    #[test]
+    fn replacements_joining_at_once_restore_full_size_in_order() {
+        let (c, members, master, own) = recovered(4, &[3, 1], bounds(200));
+        assert_eq!(own.size, 2);
+        // Two replacements at once; rank 0 and the survivor wait for the grow.
+        let (order, _, places) = grow_all(&c, 1, &members, 2, &master);
+        assert_eq!(order, Order::Grow { gen: 2, size: 4 });
+        assert_eq!(
+            places,
+            vec![(2, 2, 4), (2, 3, 4)],
+            "ranks 2 and 3, after the survivors"
+        );
+    }
+
+    /// The GPU run's failed `grow`: a survivor killed while the others and a replacement grow. The
+    /// replacement hears of it from the rendezvous as soon as rank 0 does (the 6.8 s it took there
+    /// were its grow's failure path, not the news).
+    #[test]
+    fn a_death_during_the_grow_is_news_to_the_replacement_at_once() {
+        let (c, mut members, master, _) = recovered(4, &[3], bounds(200));
+        let (order, mut joined, places) = grow_all(&c, 1, &members, 1, &master);
+        assert_eq!(order, Order::Grow { gen: 2, size: 4 });
+        assert_eq!(places, vec![(2, 3, 4)]);
+        let replacement = joined.remove(0);
+        assert_eq!(replacement.lost(2), None);
+        drop(members.remove(1)); // old rank 2 dies during the grow
+        let told = Instant::now();
+        let why = wait_for("the replacement hears of it", || replacement.lost(2));
+        assert!(why.contains("rank 2 of generation 2 died"), "{why}");
+        let heard = wait_for("rank 0 hears of it", || c.lost(2));
+        assert_eq!(heard, why, "the same news");
+        assert!(
+            told.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            told.elapsed()
+        );
+        let other = wait_for("and the other survivor", || members[0].lost(2));
+        assert_eq!(other, why, "the same news");
     }
 
     /// The GPU run's `grow` to its end (0 of 3 on NCCL 2.29.7 before): rank 3 dies; ranks 0-2 and a
