@@ -105,7 +105,7 @@ nextest() {
         --color never --test-threads "${GPU_TEST_THREADS:-1}" -E "not ($not_tests) and ($filter)" "$@"
     local label plan
     plan=$(grep -m1 -oE '[0-9]+ ranks? on [0-9]+ GPUs?, [0-9]+ hosts? \([a-z-]+\)' "$log")
-    label=${LABEL:-"[$v${plan:+, $plan}]"}
+    label=${LABEL:-"[$tag${plan:+, $plan}]"}
     times+=("$label ${log#"$logdir"/}: ${secs} s")
     # The tests that said they could not run here: "SKIP module::test: why".
     declare -A skipped=()
@@ -158,18 +158,22 @@ for run in "${runs[@]}"; do
     for f in "${found[@]}"; do
         [ "$(printf '%s\n%s\n' "${f%% *}" "$v" | sort -V | head -1)" != "$v" ] && export METRALE_OLDER_NCCL_LIB=${f#* } && break
     done
-    echo "=== NCCL $v: headers $v, library $lib${METRALE_OLDER_NCCL_LIB:+, older library $METRALE_OLDER_NCCL_LIB}"
+    # The library's own version (a LIBDIR may hold another than the build's): rows name both where they
+    # differ, and the skew check is against it.
+    libv=$(timeout 120 "$build/nccl_info" 2>/dev/null | grep -m1 '^NCCL library' | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -1)
+    tag=$v; [ -n "$libv" ] && [ "$libv" != "$v" ] && tag="$v headers, libnccl $libv"
+    echo "=== NCCL $v: headers $v, library $lib ($libv)${METRALE_OLDER_NCCL_LIB:+, older library $METRALE_OLDER_NCCL_LIB}"
 
     if [[ $steps == *" info "* ]]; then
         step "$out/nccl_info.log" 120 "$build/nccl_info"
-        grep -q "sum correct" "$out/nccl_info.log"; verdict "[$v] nccl_info: all-reduce correct" "$out/nccl_info.log" $((rc + $?))
+        grep -q "sum correct" "$out/nccl_info.log"; verdict "[$tag] nccl_info: all-reduce correct" "$out/nccl_info.log" $((rc + $?))
         for other in "$here"/nccl-*/; do
             o=$(basename "$other"); o=${o#nccl-}; [ "$o" = "$v" ] && continue
             # Only ci/gpu's builds (a folder of libraries beside them is no build).
             [ -e "$other/tests.tar.zst" ] || continue
             step "$out/nccl_info-$o-build.log" 120 "$other/nccl_info"
-            if [ "$(printf '%s\n%s\n' "$o" "$v" | sort -V | tail -1)" = "$v" ]; then want=0; else want=2; fi
-            verdict "[$v] nccl_info built for $o: exit $want" "$out/nccl_info-$o-build.log" $((rc != want))
+            if [ "$(printf '%s\n%s\n' "$o" "${libv:-$v}" | sort -V | tail -1)" = "${libv:-$v}" ]; then want=0; else want=2; fi
+            verdict "[$tag] nccl_info built for $o: exit $want" "$out/nccl_info-$o-build.log" $((rc != want))
         done
     fi
 
@@ -187,7 +191,7 @@ for run in "${runs[@]}"; do
         done
     fi
     if [[ $steps == *" fixed "* ]]; then
-        LABEL="[$v, fixed rank counts on $gpus GPU(s)]" nextest "$out/fixed.log" 900 "$fixed_tests"
+        LABEL="[$tag, fixed rank counts on $gpus GPU(s)]" nextest "$out/fixed.log" 900 "$fixed_tests"
     fi
     if [[ $steps == *" kill "* ]]; then
         export METRALE_FAULT_WATCHDOG_S=${FAULTS_KILL_WATCHDOG_S:-10}
