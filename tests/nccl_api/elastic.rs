@@ -215,7 +215,9 @@ struct Times {
     /// The last recovery's shrink (or init) and how it was made.
     shrink_ms: f64,
     made_by: String,
-    grow_ms: f64,
+    /// The grow back to full size; `None` where the grow was given up (e.g. timed out with every rank
+    /// alive, as on a GPU shared by 30 processes) and the full size was re-made by an init.
+    grow_ms: Option<f64>,
     /// Lost generations rank 0 recovered from.
     rounds: usize,
 }
@@ -451,7 +453,7 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
     if scenario == Scenario::BeforeGrowId && !rank0.contains("ncclCommGetUniqueId: given up") {
         return Err("the kill missed rank 0's ncclCommGetUniqueId: rank 0 gave no call up".into());
     }
-    measure(&rank0, killed_at).map(Some)
+    measure(&rank0, killed_at, ranks).map(Some)
 }
 
 /// Rank 0 killed: every other rank must end with the example's error, within twice the deadline (its
@@ -484,7 +486,7 @@ fn coordinator_dies(r: &mut Run) -> Result<(), String> {
 }
 
 /// The times from rank 0's `ELASTIC` lines; `killed_at` is when the first rank was killed.
-fn measure(output: &str, killed_at: u128) -> Result<Times, String> {
+fn measure(output: &str, killed_at: u128, ranks: usize) -> Result<Times, String> {
     let lines: Vec<&str> = output
         .lines()
         .filter(|l| l.starts_with("ELASTIC"))
@@ -496,13 +498,18 @@ fn measure(output: &str, killed_at: u128) -> Result<Times, String> {
     let shrink = phase("shrink")
         .last()
         .ok_or("rank 0 printed no shrink line")?;
-    let grow = phase("grow").last().ok_or("rank 0 printed no grow line")?;
-    for l in [shrink, grow] {
+    let num = |l: &str, k: &str| field(l, k).ok_or(format!("no number {k}= in {l:?}"));
+    // The full size comes back by the grow, or, where the grow was given up, by the last init.
+    let grow = match phase("grow").last() {
+        Some(grow) => Some(grow),
+        None if field(shrink, "size") == Some(ranks as f64) => None,
+        None => return Err("rank 0 printed no grow line and no init at full size".into()),
+    };
+    for l in std::iter::once(shrink).chain(grow) {
         if !l.contains("allreduce=ok") {
             return Err(format!("an all-reduce was wrong: {l}"));
         }
     }
-    let num = |l: &str, k: &str| field(l, k).ok_or(format!("no number {k}= in {l:?}"));
     let detected_at = num(detect, "at_unix_us")? as u128;
     Ok(Times {
         detect_ms: detected_at.saturating_sub(killed_at) as f64 / 1e3,
@@ -511,7 +518,7 @@ fn measure(output: &str, killed_at: u128) -> Result<Times, String> {
         agree_ms: num(shrink, "agree_ms")?,
         shrink_ms: num(shrink, "shrink_ms")?,
         made_by: word(shrink, "how").to_string(),
-        grow_ms: num(grow, "grow_ms")?,
+        grow_ms: grow.map(|g| num(g, "grow_ms")).transpose()?,
         rounds: phase("detect").count(),
     })
 }
@@ -546,15 +553,17 @@ fn run_scenario(scenario: Scenario) {
         match one_run(&bin, scenario, run, gpus) {
             Ok(Some(t)) => {
                 measured(&format!(
-                    "{test} run {run}: detect {:.1} ms ({}), revoke {:.1} ms, agree {:.1} ms, {} {:.1} ms, grow \
-                     {:.1} ms, {} round(s), {:.1} s in all",
+                    "{test} run {run}: detect {:.1} ms ({}), revoke {:.1} ms, agree {:.1} ms, {} {:.1} ms, {}, \
+                     {} round(s), {:.1} s in all",
                     t.detect_ms,
                     t.how,
                     t.revoke_ms,
                     t.agree_ms,
                     t.made_by,
                     t.shrink_ms,
-                    t.grow_ms,
+                    t.grow_ms.map_or("grow given up, full size by init".into(), |g| format!(
+                        "grow {g:.1} ms"
+                    )),
                     t.rounds,
                     start.elapsed().as_secs_f64()
                 ));
@@ -576,7 +585,7 @@ fn run_scenario(scenario: Scenario) {
             spread(rows.iter().map(|t| t.agree_ms).collect()),
             spread(rows.iter().map(|t| t.shrink_ms).collect()),
             joined(|t| &t.made_by),
-            spread(rows.iter().map(|t| t.grow_ms).collect()),
+            spread(rows.iter().filter_map(|t| t.grow_ms).collect()),
         ));
     }
     assert!(failures.is_empty(), "{test}:\n{}", failures.join("\n"));
@@ -603,4 +612,29 @@ scenarios! {
     killed_during_grow: Scenario::DuringGrow;
     top_rank_killed_before_the_grow: Scenario::BeforeGrowId;
     coordinator_killed: Scenario::Coordinator;
+}
+
+/// Rank 0's lines of a GPU run (4 ranks, one killed; the grow timed out with every rank alive on a GPU
+/// shared by 30 processes, then an init made the full size again): a recovery, without grow time; the
+/// same lines ending at 3 ranks are none.
+#[test]
+fn a_given_up_grow_then_an_init_at_full_size_is_a_recovery() {
+    let lines = |final_size: usize| {
+        format!(
+            "ELASTIC phase=steady rank=0 size=4 iterations=100\n\
+             ELASTIC phase=detect rank=0 gen=0 how=rendezvous held=revoked at_unix_us=1000500 waited_ms=107.2 revoke_ms=397.4\n\
+             ELASTIC phase=shrink rank=0 size=3 gen=1 how=shrink revoke_ms=397.4 agree_ms=409.9 shrink_ms=205.5 allreduce=ok\n\
+             ELASTIC phase=growing rank=0 gen=2 size=4\n\
+             ELASTIC phase=detect rank=0 gen=2 how=setup held=aborted at_unix_us=1021000 waited_ms=20946.3 revoke_ms=0.0\n\
+             ELASTIC phase=shrink rank=0 size={final_size} gen=3 how=init revoke_ms=0.0 agree_ms=1079.0 shrink_ms=1683.6 allreduce=ok\n\
+             ELASTIC result=ok rank=0 size={final_size}\n"
+        )
+    };
+    let t = measure(&lines(4), 1_000_000, 4).expect("a recovery");
+    assert_eq!(t.grow_ms, None);
+    assert_eq!(
+        (t.detect_ms, t.rounds, t.made_by.as_str()),
+        (0.5, 2, "init")
+    );
+    assert!(measure(&lines(3), 1_000_000, 4).is_err());
 }
