@@ -195,19 +195,11 @@ impl Tables {
                     }
                 }
                 Item::Impl(imp) => {
-                    let Type::Path(ty) = &*imp.self_ty else {
-                        continue;
-                    };
-                    let Some(ty) = ty.path.get_ident() else {
-                        continue;
-                    };
-                    for item in &imp.items {
-                        if let syn::ImplItem::Const(k) = item {
-                            t.ints.push((
-                                format!("{ty}::{}.0 as i64", k.ident),
-                                format!("(long long)({})", k.ident),
-                            ));
-                        }
+                    for (ty, k) in impl_consts(imp) {
+                        t.ints.push((
+                            format!("{ty}::{}.0 as i64", k.ident),
+                            format!("(long long)({})", k.ident),
+                        ));
                     }
                 }
                 Item::Const(k) => {
@@ -373,6 +365,19 @@ impl Tables {
 }
 
 /// The literal of `1`, `-1` or `T(1)`.
+/// The associated constants of an `impl Name { ... }` block (bindgen's newtype constants, e.g.
+/// `ncclResult_t::ncclSuccess`), each with the type's name; none for other impls.
+fn impl_consts(imp: &syn::ItemImpl) -> impl Iterator<Item = (&syn::Ident, &syn::ImplItemConst)> {
+    let ty = match &*imp.self_ty {
+        Type::Path(ty) => ty.path.get_ident(),
+        _ => None,
+    };
+    imp.items.iter().filter_map(move |item| match item {
+        syn::ImplItem::Const(k) => ty.map(|ty| (ty, k)),
+        _ => None,
+    })
+}
+
 fn literal(expr: &Expr) -> Option<&Lit> {
     match expr {
         Expr::Lit(l) => Some(&l.lit),

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use quote::ToTokens;
-use syn::{Expr, Fields, ForeignItem, ImplItem, Item, Lit, Stmt, Type};
+use syn::{Expr, Fields, ForeignItem, Item, Lit, Stmt};
 
 use crate::Initializer;
 
@@ -43,24 +43,16 @@ pub fn json(
                 constants.insert(k.ident.to_string(), string(tokens(&k.expr)));
             }
             Item::Impl(imp) => {
-                let Type::Path(ty) = &*imp.self_ty else {
-                    continue;
-                };
-                let Some(ty) = ty.path.get_ident() else {
-                    continue;
-                };
-                for item in &imp.items {
-                    if let ImplItem::Const(k) = item {
-                        // `ncclResult_t(8)`: the value is the argument.
-                        let value = match &k.expr {
-                            Expr::Call(call) if call.args.len() == 1 => tokens(&call.args[0]),
-                            other => tokens(other),
-                        };
-                        enums
-                            .entry(c_of(&ty.to_string()))
-                            .or_default()
-                            .insert(k.ident.to_string(), string(value));
-                    }
+                for (ty, k) in crate::impl_consts(imp) {
+                    // `ncclResult_t(8)`: the value is the argument.
+                    let value = match &k.expr {
+                        Expr::Call(call) if call.args.len() == 1 => tokens(&call.args[0]),
+                        other => tokens(other),
+                    };
+                    enums
+                        .entry(c_of(&ty.to_string()))
+                        .or_default()
+                        .insert(k.ident.to_string(), string(value));
                 }
             }
             _ => {}
