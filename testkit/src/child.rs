@@ -128,15 +128,19 @@ pub fn runner() -> Option<String> {
 
 /// Starts `cmd` (from [`command`], or another program such as an example) as the child `name`, with
 /// `NCCL_NVLS_ENABLE=0`, its output collected as for every child.
-pub fn start(name: &str, mut cmd: Command) -> Child {
+pub fn start(name: &str, cmd: Command) -> Child {
+    let shown = format!("{cmd:?}");
+    try_start(name, cmd).unwrap_or_else(|e| panic!("cannot start child {name} ({shown}): {e}"))
+}
+
+/// [`start`] for a program that may be missing: the error where it cannot be started.
+pub fn try_start(name: &str, mut cmd: Command) -> std::io::Result<Child> {
     cmd.env("NCCL_NVLS_ENABLE", "0")
         .env("RUST_BACKTRACE", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut process = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start child {name} ({cmd:?}): {e}"));
+    let mut process = cmd.spawn()?;
     let (tx, lines) = mpsc::channel();
     let log = Arc::new(Mutex::new(String::new()));
     let stdout = process.stdout.take().expect("piped stdout");
@@ -159,13 +163,13 @@ pub fn start(name: &str, mut cmd: Command) -> Child {
             })
         })
         .collect();
-    Child {
+    Ok(Child {
         name: name.to_string(),
         process,
         lines,
         log,
         readers,
-    }
+    })
 }
 
 impl Child {

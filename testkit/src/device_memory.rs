@@ -10,13 +10,15 @@
 //! always compare like with like.
 
 use std::fmt;
-use std::io::{Read as _, Write as _};
-use std::process::{Command, Stdio};
+use std::io::Write as _;
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::check_cuda;
+
+use crate::child;
 
 /// How long nvidia-smi may take before it is killed and the reading fails.
 const NVIDIA_SMI_LIMIT: Duration = Duration::from_secs(20);
@@ -126,52 +128,24 @@ pub fn process_mib(csv: &str, pid: u32) -> Result<u64, String> {
     total.ok_or_else(|| format!("nvidia-smi lists no process {pid}"))
 }
 
-/// nvidia-smi's stdout for `args`; killed after [`NVIDIA_SMI_LIMIT`].
+/// nvidia-smi's output for `args` (a child of the testkit's: its stderr lines marked `[stderr] `, which
+/// no row parser takes for a row); killed after [`NVIDIA_SMI_LIMIT`].
 fn nvidia_smi(args: &[&str]) -> Result<String, String> {
-    let mut child = Command::new("nvidia-smi")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run nvidia-smi: {e}"))?;
-    let mut stdout = child.stdout.take().expect("piped stdout");
-    // Read while it runs: a full pipe would stop it.
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        stdout.read_to_string(&mut text).map(|_| text)
-    });
-    let deadline = Instant::now() + NVIDIA_SMI_LIMIT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            outcome => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(match outcome {
-                    Err(e) => format!("waiting for nvidia-smi: {e}"),
-                    _ => format!("nvidia-smi did not answer within {NVIDIA_SMI_LIMIT:?}: killed"),
-                });
-            }
-        }
-    };
-    let stdout = reader
-        .join()
-        .map_err(|_| "nvidia-smi's output reader panicked".to_string())?
-        .map_err(|e| format!("reading nvidia-smi's output: {e}"))?;
-    if !status.success() {
-        let mut stderr = String::new();
-        if let Some(mut pipe) = child.stderr.take() {
-            let _ = pipe.read_to_string(&mut stderr);
-        }
-        return Err(format!(
+    let mut cmd = Command::new("nvidia-smi");
+    cmd.args(args);
+    let mut smi =
+        child::try_start("nvidia-smi", cmd).map_err(|e| format!("cannot run nvidia-smi: {e}"))?;
+    match smi.wait_exit(NVIDIA_SMI_LIMIT) {
+        Some(status) if status.success() => Ok(smi.output()),
+        Some(status) => Err(format!(
             "nvidia-smi {} exited with {status}: {}",
             args.join(" "),
-            stderr.trim()
-        ));
+            smi.output().trim()
+        )),
+        None => Err(format!(
+            "nvidia-smi did not answer within {NVIDIA_SMI_LIMIT:?}: killed"
+        )),
     }
-    Ok(stdout)
 }
 
 /// Total minus free memory (`cuMemGetInfo`) summed over `devices`: every process's.
@@ -197,6 +171,8 @@ mod tests {
         let csv = "4711, 512\n47110, 9000\n 4711 , 1030\n12, 7\n";
         assert_eq!(process_mib(csv, 4711), Ok(1542));
         assert_eq!(process_mib(csv, 12), Ok(7));
+        // The child's stderr lines, as the testkit collects them, are no rows.
+        assert_eq!(process_mib("[stderr] 4711, 9\n4711, 64\n", 4711), Ok(64));
     }
 
     #[test]

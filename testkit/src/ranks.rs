@@ -19,7 +19,8 @@
 //!   (`module::function`: the name libtest prints), each with its rank, its device and the plan's NCCL
 //!   variables. Every wait is bounded: the ranks together get [`LIMIT_VAR`] seconds (default
 //!   [`DEFAULT_LIMIT`]); once one rank fails, the others get [`GRACE`] to report what they saw, then
-//!   are killed, each after its every thread's stack ([`crate::stacks`]) is added to its output. The parent prints every rank's output, and fails naming the first rank that failed.
+//!   are killed, each after its every thread's stack ([`crate::stacks`]) is added to its output. The
+//!   parent prints every rank's output, and fails naming the first rank that failed.
 //!   A rank that exits 0 without having run the body (a wrong name) is a failure too.
 //! - **In a child** ([`Me::get`] is `Some`): [`Test::run`] joins the communicator of every rank
 //!   (`ncclCommInitRank`, rank 0's unique id) on its device and runs the body with a [`World`] of this
