@@ -15,7 +15,7 @@
 # Steps (GPU_STEPS, default "info multi tests fixed kill"); GPU_RANKS_<STEP> (e.g. GPU_RANKS_kill="8")
 # overrides the counts for one step:
 #   info   once: nccl_info finds the GPUs and checks an all-reduce; every other build's nccl_info against
-#          this library: one built against newer headers must report the version skew (exit 2)
+#          this library: one built against headers newer than this library must report the version skew (exit 2)
 #   multi  at each count: examples/multi_process placed like the tests, started with flags and torchrun's
 #          variables, and under mpirun where this host has Open MPI's (a SKIP row otherwise)
 #   tests  at each count: the GPU, fault and NCCL API suites with cargo-nextest from the archive
@@ -158,14 +158,17 @@ for run in "${runs[@]}"; do
     for f in "${found[@]}"; do
         [ "$(printf '%s\n%s\n' "${f%% *}" "$v" | sort -V | head -1)" != "$v" ] && export METRALE_OLDER_NCCL_LIB=${f#* } && break
     done
-    # The library's own version (a LIBDIR may hold another than the build's): rows name both where they
-    # differ, and the skew check is against it.
-    libv=$(timeout 120 "$build/nccl_info" 2>/dev/null | grep -m1 '^NCCL library' | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -1)
+    # nccl_info against this library, every time: it says the library's own version (a LIBDIR may hold
+    # another than the build's), which rows name where it differs and the skew check compares against;
+    # the info step records its verdict.
+    step "$out/nccl_info.log" 120 "$build/nccl_info"
+    info_rc=$rc info_secs=$secs
+    libv=$(grep -m1 '^NCCL library' "$out/nccl_info.log" | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -1)
     tag=$v; [ -n "$libv" ] && [ "$libv" != "$v" ] && tag="$v headers, libnccl $libv"
     echo "=== NCCL $v: headers $v, library $lib ($libv)${METRALE_OLDER_NCCL_LIB:+, older library $METRALE_OLDER_NCCL_LIB}"
 
     if [[ $steps == *" info "* ]]; then
-        step "$out/nccl_info.log" 120 "$build/nccl_info"
+        rc=$info_rc secs=$info_secs
         grep -q "sum correct" "$out/nccl_info.log"; verdict "[$tag] nccl_info: all-reduce correct" "$out/nccl_info.log" $((rc + $?))
         for other in "$here"/nccl-*/; do
             o=$(basename "$other"); o=${o#nccl-}; [ "$o" = "$v" ] && continue

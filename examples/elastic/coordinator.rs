@@ -3,11 +3,12 @@
 //!
 //! A generation is lost when a member's connection ends without `DONE` (the kernel closes a dead
 //! process's sockets, even after SIGKILL), when a member says `DONE` below full size, when a member
-//! reports losing it, or when rank 0 does: the coordinator then tells every live member (`RECOVER`). Agreement: rank 0 waits until every live
-//! member has said how it holds the lost generation, at most the report bound; a member silent past
-//! it is treated as dead (told `EXCLUDED`, its connection closed), so a survivor never waits on a rank
-//! that fails during recovery. One dead set follows, and one plan for all: shrink when every survivor
-//! holds the lost communicator revoked and someone died, else a new communicator from a new unique id.
+//! reports losing it, or when rank 0 does: the coordinator then tells every live member (`RECOVER`).
+//! Agreement: rank 0 waits until every live member has said how it holds the lost generation, at most
+//! the report bound; a member silent past it is treated as dead (told `EXCLUDED`, its connection
+//! closed), so a survivor never waits on a rank that fails during recovery. One dead set follows, and
+//! one plan for all: shrink when every survivor holds the lost communicator revoked and someone died,
+//! else a new communicator from a new unique id.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
