@@ -22,7 +22,8 @@
 #          (ci/gpu-nextest.toml: one test at a time, each killed after 300 s), except the fixed-count tests
 #          and the peer-kill test; GPU_TESTS=<nextest filterset> picks some. The NCCL API suite's elastic
 #          test runs the staged examples/elastic (METRALE_ELASTIC_BIN). A test that prints
-#          "SKIP <test>: <why>" (it needs more GPUs in one process than this host has) is a SKIP row
+#          "SKIP <test>: <why>" (it needs more GPUs in one process than this host has) is a SKIP row; one
+#          that prints "SKIP <test> (<check>): <why>" skipped that check only: a PASS row naming it
 #   fixed  once: the tests of a fixed rank count (the GPU suite's fixed::, 300 MiB at 2 ranks, 16 ranks), and
 #          the fault suite's tests of one process (leaks of streams, events and NCCL memory; 32 threads)
 #   kill   at each count: the peer-kill test FAULTS_KILL_REPS times (default 1; each run kills a rank
@@ -107,16 +108,18 @@ nextest() {
     plan=$(grep -m1 -oE '[0-9]+ ranks? on [0-9]+ GPUs?, [0-9]+ hosts? \([a-z-]+\)' "$log")
     label=${LABEL:-"[$tag${plan:+, $plan}]"}
     times+=("$label ${log#"$logdir"/}: ${secs} s")
-    # The tests that said they could not run here: "SKIP module::test: why".
-    declare -A skipped=()
-    while IFS=$'\t' read -r name why; do skipped[$name]=$why; done < <(
-        sed -nE 's/^(.* )?SKIP ([A-Za-z0-9_:]+): (.*)$/\2\t\3/p' "$log")
+    # The tests that said they could not run here: "SKIP module::test: why"; those that skipped one check
+    # and ran the rest: "SKIP module::test (the check): why", a PASS row that names the check.
+    declare -A skipped=() parts=()
+    while IFS=$'\x1f' read -r name part why; do
+        if [ -n "$part" ]; then parts[$name]="skipped $part: $why"; else skipped[$name]=$why; fi
+    done < <(sed -nE 's/^(.* )?SKIP ([A-Za-z0-9_:]+)( \(([^)]*)\))?: (.*)$/\2\x1f\4\x1f\5/p' "$log")
     # nextest's status lines: "PASS [  1.2s] (3/9) metrale-gpu-sys::gpu name".
     while IFS=$'\t' read -r status s name; do
         case $status in
             PASS|LEAK)
                 if [ -n "${skipped[${name#* }]+x}" ]; then record SKIP "$s" "$label $name" "${skipped[${name#* }]}"
-                else record PASS "$s" "$label $name"; fi ;;
+                else record PASS "$s" "$label $name" "${parts[${name#* }]:-}"; fi ;;
             *) record FAIL "$s" "$label $name" "$status; see ${log#"$logdir"/}" ;;
         esac
     done < <(sed -nE 's/^ *([A-Z-]+) \[ *([0-9.]+)s\] (\[[ 0-9/]+\] )?(\([ 0-9/]+\) )?metrale-gpu-sys::(.*)$/\1\t\2\t\3\5/p' "$log" | grep -v '^SLOW')
@@ -208,9 +211,10 @@ for run in "${runs[@]}"; do
     fi
 done
 
-passed=0; failed=0; skipped=0
+passed=0; failed=0; skipped=0; part=0
 for r in "${rows[@]}"; do
     case ${r%%$'\t'*} in PASS) passed=$((passed + 1)) ;; SKIP) skipped=$((skipped + 1)) ;; *) failed=$((failed + 1)) ;; esac
+    case $r in PASS*$'\t'skipped\ *) part=$((part + 1)) ;; esac
 done
 {
     echo
@@ -225,6 +229,6 @@ done
         printf '%-6s %8s  %s%s\n' "$res" "$s" "$what" "${note:+  ($note)}"
     done
     echo "total $((SECONDS - t0)) s; logs in $logdir"
-    echo "$passed passed, $failed failed, $skipped skipped"
+    echo "$passed passed$([ "$part" = 0 ] || echo " ($part with a check skipped)"), $failed failed, $skipped skipped"
 } | tee "$logdir/summary.txt"
 [ "$failed" = 0 ]
