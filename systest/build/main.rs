@@ -364,7 +364,6 @@ impl Tables {
     }
 }
 
-/// The literal of `1`, `-1` or `T(1)`.
 /// The associated constants of an `impl Name { ... }` block (bindgen's newtype constants, e.g.
 /// `ncclResult_t::ncclSuccess`), each with the type's name; none for other impls.
 fn impl_consts(imp: &syn::ItemImpl) -> impl Iterator<Item = (&syn::Ident, &syn::ImplItemConst)> {
@@ -378,6 +377,7 @@ fn impl_consts(imp: &syn::ItemImpl) -> impl Iterator<Item = (&syn::Ident, &syn::
     })
 }
 
+/// The literal of `1`, `-1` or `T(1)`.
 fn literal(expr: &Expr) -> Option<&Lit> {
     match expr {
         Expr::Lit(l) => Some(&l.lit),
