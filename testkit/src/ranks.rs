@@ -595,12 +595,9 @@ mod tests {
 
     #[test]
     fn a_stuck_rank_shows_its_stacks() {
-        if child::runner().is_some()
-            || stacks::debugger(std::env::var_os("PATH").as_deref()).is_none()
-        {
+        if let Err(why) = stacks::available() {
             crate::skip::skip(format!(
-                "no debugger that sees the ranks' own frames (none of {:?} on PATH, or a cargo runner)",
-                stacks::DEBUGGERS
+                "no debugger that sees the ranks' own frames: {why}"
             ));
             return;
         }

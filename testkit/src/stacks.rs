@@ -28,25 +28,24 @@ pub fn debugger(path: Option<&OsStr>) -> Option<PathBuf> {
         .find_map(|name| dirs.iter().map(|d| d.join(name)).find(|f| f.is_file()))
 }
 
+/// The debugger that shows the frames of this process's children here, or why there is none.
+pub fn available() -> Result<PathBuf, String> {
+    if let Some(runner) = child::runner() {
+        return Err(format!(
+            "the process runs under {runner:?}, whose own frames a debugger would show"
+        ));
+    }
+    debugger(std::env::var_os("PATH").as_deref()).ok_or_else(|| {
+        format!("none of {DEBUGGERS:?} is on PATH (install gdb to see where it is stuck)")
+    })
+}
+
 /// Every thread's stack of each process in `pids` (one text per pid, in order), the debuggers running
 /// side by side within [`LIMIT`]; where none can be had, one line that says why.
 pub fn capture(pids: &[u32]) -> Vec<String> {
-    let every = |line: String| pids.iter().map(|_| format!("{line}\n")).collect();
-    let debugger = match (
-        child::runner(),
-        debugger(std::env::var_os("PATH").as_deref()),
-    ) {
-        (Some(runner), _) => {
-            return every(format!(
-            "no stacks: the process runs under {runner:?}, whose own frames a debugger would show"
-        ))
-        }
-        (None, None) => {
-            return every(format!(
-                "no stacks: none of {DEBUGGERS:?} is on PATH (install gdb to see where it is stuck)"
-            ))
-        }
-        (None, Some(d)) => d,
+    let debugger = match available() {
+        Ok(d) => d,
+        Err(why) => return pids.iter().map(|_| format!("no stacks: {why}\n")).collect(),
     };
     let name = debugger
         .file_name()
