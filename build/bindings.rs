@@ -2,12 +2,13 @@
 //! - `bindings.rs`: every `nccl*` function, type and `NCCL_*` constant, the shim's functions, and the
 //!   `cuda.h` types the helpers use; linked against libnccl. Its layout tests give `facts.rs` (what
 //!   `bundled-bindings` checks the headers found against).
+//! - `nccl_loaded.rs`: the same `nccl*` functions, loaded from libnccl at run time (`nccl_table.rs`).
 //! - `cuda_driver.rs`: the driver table (`driver_table.rs`) around bindgen's declarations of the driver
 //!   functions, with cuda.h's `CUresult` names.
 
 use std::path::Path;
 
-use crate::{bindgen_panic, driver_table, layout, snapshot, Inputs};
+use crate::{bindgen_panic, driver_table, layout, nccl_table, snapshot, Inputs};
 
 /// The `cuda.h` types the helpers name (with what they refer to).
 const DRIVER_TYPES: &str =
@@ -49,6 +50,11 @@ fn run(inputs: &Inputs) -> Result<(), String> {
         // Written by hand in src/: CUresult prints its name, the unique id its bytes in hex.
         .no_debug("cudaError_enum|ncclUniqueId");
     let bindings = write(nccl, &inputs.out_dir.join("bindings.rs"))?;
+    // The same functions, loaded at run time (the default; feature `link` uses bindings.rs's own).
+    write_text(
+        &inputs.out_dir.join("nccl_loaded.rs"),
+        &nccl_table::generate(&bindings)?,
+    )?;
     let sizes = layout::filled_struct_sizes(&bindings, inputs.filled)?;
     let facts = snapshot::facts(inputs.nccl, inputs.cuda, &sizes);
     write_text(&inputs.out_dir.join("facts.rs"), &facts)?;

@@ -111,7 +111,7 @@ fn declarations(file: &syn::File) -> Result<Vec<(String, Declaration)>, String> 
 }
 
 /// A type as Rust source, printed by prettyplease (`*mut CUstream`, not the token stream's `* mut CUstream`).
-fn rust(ty: &syn::Type) -> Result<String, String> {
+pub(crate) fn rust(ty: &syn::Type) -> Result<String, String> {
     let alias: syn::File = syn::parse_quote!(type T = #ty;);
     let text = prettyplease::unparse(&alias);
     text.trim()

@@ -16,6 +16,8 @@ mod header;
 mod initializers;
 #[cfg(feature = "bindgen")]
 mod layout;
+#[cfg(feature = "bindgen")]
+mod nccl_table;
 mod snapshot;
 // Shared with the crate (which compares it with the loaded library's version): one definition of the type.
 #[allow(dead_code)] // `from_code` is the crate's
@@ -60,7 +62,10 @@ fn run() -> Result<(), String> {
         return Ok(());
     }
 
-    let bundled = env::var("CARGO_FEATURE_BUNDLED_BINDINGS").is_some();
+    // Features are additive: where one crate of the graph asks for bindgen and another for the snapshot,
+    // bindgen's translation of the headers found serves both (it is what the snapshot stands in for).
+    let bundled =
+        env::var("CARGO_FEATURE_BUNDLED_BINDINGS").is_some() && !cfg!(feature = "bindgen");
     if !bundled && !cfg!(feature = "bindgen") {
         return Err(no_bindings());
     }
@@ -136,7 +141,9 @@ fn run() -> Result<(), String> {
         shim.get_compiler().path().display()
     );
 
-    link_nccl(&found);
+    if cfg!(feature = "link") {
+        link_nccl(&found);
+    }
     emit_version(nccl, cuda, Some(&found), &out_dir);
     emit_macros(&macros, &out_dir);
     Ok(())
@@ -252,7 +259,7 @@ fn no_bindings() -> String {
     )
 }
 
-/// Dynamic link to libnccl, by its SONAME where the unversioned link is missing (pip wheels), with a
+/// Feature `link`: a dynamic link to libnccl (without it, `src/loader/` loads it at run time), by its SONAME where the unversioned link is missing (pip wheels), with a
 /// RUNPATH so that this crate's tests and examples run without LD_LIBRARY_PATH (which still overrides it).
 fn link_nccl(found: &find::Found) {
     let dir = found.nccl_lib_dir.display();

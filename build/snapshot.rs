@@ -18,8 +18,9 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    const FILES: [&'static str; 4] = [
+    const FILES: [&'static str; 5] = [
         "bindings.rs",
+        "nccl_loaded.rs",
         "cuda_driver.rs",
         "facts.rs",
         "initializers.rs",

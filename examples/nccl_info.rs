@@ -29,6 +29,10 @@ fn main() -> ExitCode {
         build_info::CUDA_FOUND_BY
     );
     let path = version::library_path().unwrap_or_else(|| "(path unknown)".into());
+    println!("NCCL search    how libnccl was found, in order:");
+    for line in version::library_search().lines() {
+        println!("               {line}");
+    }
     let skew = match version::check_library_version() {
         Ok(v) => {
             let verdict = if v == NcclVersion::HEADERS {

@@ -57,6 +57,24 @@ pub enum GpuError {
         /// The CUDA version the loaded driver supports (`cuDriverGetVersion`).
         driver: i32,
     },
+    /// No libnccl could be loaded (run-time loading, the default): every NCCL call fails with this.
+    NcclUnavailable {
+        /// The call that needed the library.
+        context: String,
+        /// Each place searched, in order, and what it gave; and what to do.
+        search: String,
+    },
+    /// The loaded libnccl lacks a function the headers declare: it is older than the function.
+    NcclFunctionMissing {
+        /// The call that failed, as the caller named it.
+        context: String,
+        /// The function, e.g. `ncclCommGrow`.
+        function: &'static str,
+        /// The loaded library's version.
+        library: NcclVersion,
+        /// The loaded library's file.
+        library_path: String,
+    },
     /// The loaded libnccl is older than the nccl.h this crate was generated from.
     VersionSkew {
         /// The version of the headers the bindings come from.
@@ -132,6 +150,24 @@ impl fmt::Display for GpuError {
                     None => write!(f, ": update the driver"),
                 }
             }
+            GpuError::NcclUnavailable { context, search } => {
+                write!(f, "{context} needs libnccl, which is unavailable: {search}")
+            }
+            GpuError::NcclFunctionMissing {
+                context,
+                function,
+                library,
+                library_path,
+            } => {
+                let headers = NcclVersion::from_code(NCCL_VERSION_CODE);
+                write!(
+                    f,
+                    "{context} failed: the loaded libnccl {library} ({library_path}) lacks {function}, which the \
+                     nccl.h {headers} this crate was built with declares: {function} exists since an NCCL newer \
+                     than {library} (and no newer than {headers}). Load libnccl {headers} or newer \
+                     (METRALE_NCCL_LIBRARY=<file or folder>), or call only what {library} has."
+                )
+            }
             GpuError::VersionSkew {
                 headers,
                 library,
@@ -144,8 +180,9 @@ impl fmt::Display for GpuError {
                 write!(
                     f,
                     ", older than the nccl.h {headers} this crate was built against; calls added after {library} \
-                     would fail or misbehave. Load libnccl {headers} or newer (LD_LIBRARY_PATH, or the RUNPATH set at \
-                     build time), or rebuild against the {library} headers (NCCL_HOME=<its root>)."
+                     would fail. Load libnccl {headers} or newer (METRALE_NCCL_LIBRARY=<file or folder>; with feature \
+                     `link`, LD_LIBRARY_PATH), rebuild against the {library} headers (NCCL_HOME=<its root>), or \
+                     accept it with METRALE_NCCL_ALLOW_OLDER=1 (the calls it lacks then fail, naming the function)."
                 )
             }
             GpuError::Wait(wait) => wait.fmt(f),
@@ -183,6 +220,11 @@ const NCCL_LAST_ERROR_BYTES: usize = 1024;
 #[cold]
 #[inline(never)]
 pub(crate) fn nccl_error(result: ncclResult_t, context: &str) -> GpuError {
+    // A call that could not reach the library (no libnccl, a refused one, a missing function).
+    #[cfg(not(feature = "link"))]
+    if let Some(error) = crate::loader::missing_error(result, context) {
+        return error;
+    }
     // SAFETY: ncclGetErrorString returns a static string for any code.
     let text = unsafe { c_text(ncclGetErrorString(result)) };
     // SAFETY: ncclGetLastError(NULL) returns NCCL's process-wide buffer (`char ncclLastError[1024]`,

@@ -161,12 +161,30 @@ pub mod bindings {
         // nccl.h's comments, carried over as they are.
         clippy::doc_lazy_continuation
     )]
+    #[cfg(feature = "link")]
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+
+    // Loaded at run time (the default): bindgen's types and constants come through this glob, and its
+    // `nccl*` declarations are shadowed by the loaded functions of the same names and signatures below,
+    // so nothing refers to a libnccl symbol at link time.
+    #[cfg(not(feature = "link"))]
+    pub use self::declared::*;
+    #[cfg(not(feature = "link"))]
+    #[allow(dead_code)] // its extern functions: the loaded ones below take their names
+    mod declared {
+        #![allow(clippy::all)]
+        include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+    }
+    #[cfg(not(feature = "link"))]
+    include!(concat!(env!("OUT_DIR"), "/nccl_loaded.rs"));
 }
 
 pub mod cuda;
+mod dladdr;
 mod error;
 mod initializers;
+#[cfg(not(feature = "link"))]
+pub mod loader;
 mod memory;
 mod nccl_version;
 pub mod stream;

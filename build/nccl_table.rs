@@ -1,0 +1,166 @@
+//! `nccl_loaded.rs`: NCCL's functions, loaded from libnccl at run time (the default; feature `link` links
+//! instead), generated from bindgen's declarations of every `nccl*` function in `bindings.rs`: nothing here
+//! names a function. Each keeps its C name and signature as an `unsafe extern "C" fn` that loads one slot and
+//! calls through it. A slot starts at the function's resolver, which loads the library (once, in
+//! `crate::loader`) and looks the one symbol up: found, the slot then holds the library's function; missing,
+//! the call returns the loader's status for it (`check_nccl` then names the function) and the slot keeps
+//! the resolver.
+
+use std::fmt::Write;
+
+/// A function bindgen declared, as Rust text: its name, attributes (docs, `#[must_use]`), `name: Type`
+/// parameters and return type (empty for none).
+struct Declaration {
+    name: String,
+    attrs: Vec<String>,
+    params: Vec<(String, String)>,
+    ret: Option<String>,
+}
+
+/// How a call of a function the loaded library lacks returns, by the function's return type: the crate's
+/// status for `ncclResult_t`, a static text for a C string (`ncclGetErrorString`, `ncclGetLastError`),
+/// nothing for a function that returns nothing (`ncclResetDebugInit`).
+fn missing_return(d: &Declaration, index: usize) -> Result<String, String> {
+    match d.ret.as_deref() {
+        None => Ok("()".into()),
+        Some("ncclResult_t") => Ok(format!("crate::loader::missing_status({index})")),
+        Some("*const ::std::os::raw::c_char") => {
+            Ok(format!("crate::loader::missing_text({index})"))
+        }
+        other => Err(format!(
+            "nccl.h declares {} returning {}: build/nccl_table.rs knows what a call of a missing function \
+             returns only for ncclResult_t, const char * and void (add that type's case there)",
+            d.name,
+            other.unwrap_or_default()
+        )),
+    }
+}
+
+/// The `nccl*` functions of bindgen's `extern "C"` blocks, in the order bindgen wrote them.
+fn declarations(file: &syn::File) -> Result<Vec<Declaration>, String> {
+    let mut found = Vec::new();
+    for item in &file.items {
+        let syn::Item::ForeignMod(block) = item else {
+            continue;
+        };
+        for item in &block.items {
+            let syn::ForeignItem::Fn(f) = item else {
+                continue;
+            };
+            let name = f.sig.ident.to_string();
+            if !name.starts_with("nccl") {
+                continue;
+            }
+            let mut params = Vec::new();
+            for input in &f.sig.inputs {
+                let syn::FnArg::Typed(param) = input else {
+                    return Err(format!("bindgen declared {name} with a receiver"));
+                };
+                let syn::Pat::Ident(ident) = &*param.pat else {
+                    return Err(format!("bindgen declared {name} with an unnamed parameter"));
+                };
+                params.push((ident.ident.to_string(), crate::driver_table::rust(&param.ty)?));
+            }
+            let ret = match &f.sig.output {
+                syn::ReturnType::Default => None,
+                syn::ReturnType::Type(_, ty) => Some(crate::driver_table::rust(ty)?),
+            };
+            found.push(Declaration {
+                attrs: f.attrs.iter().filter_map(attribute).collect(),
+                name,
+                params,
+                ret,
+            });
+        }
+    }
+    if found.is_empty() {
+        return Err("bindgen declared no nccl* function: is nccl.h NCCL's?".into());
+    }
+    Ok(found)
+}
+
+/// The attributes a wrapper keeps: the docs (nccl.h's comments) and `#[must_use]`.
+fn attribute(attr: &syn::Attribute) -> Option<String> {
+    match &attr.meta {
+        syn::Meta::Path(p) if p.is_ident("must_use") => Some("#[must_use]".into()),
+        syn::Meta::NameValue(nv) if nv.path.is_ident("doc") => match &nv.value {
+            syn::Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Str(s),
+                ..
+            }) => Some(format!("#[doc = {:?}]", s.value())),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// `nccl_loaded.rs` from bindgen's `bindings.rs` (as syn reads it).
+pub fn generate(bindings: &syn::File) -> Result<String, String> {
+    let declared = declarations(bindings)?;
+    let mut names = String::new();
+    let mut slots = String::new();
+    let mut signatures = String::new();
+    let mut wrappers = String::new();
+    let mut resolvers = String::new();
+    for (i, d) in declared.iter().enumerate() {
+        let name = &d.name;
+        let params: Vec<String> = d.params.iter().map(|(n, t)| format!("{n}: {t}")).collect();
+        let params = params.join(", ");
+        let args: Vec<&str> = d.params.iter().map(|(n, _)| n.as_str()).collect();
+        let args = args.join(", ");
+        let ret = d.ret.as_ref().map_or(String::new(), |r| format!(" -> {r}"));
+        let missing = missing_return(d, i)?;
+        writeln!(names, "        \"{name}\",").ok();
+        writeln!(
+            slots,
+            "        AtomicPtr::new(resolve::{name} as signatures::{name} as *mut ()),"
+        )
+        .ok();
+        writeln!(
+            signatures,
+            "        pub type {name} = unsafe extern \"C\" fn({params}){ret};"
+        )
+        .ok();
+        let attrs: String = d.attrs.iter().map(|a| format!("{a}\n")).collect();
+        write!(
+            wrappers,
+            "{attrs}#[inline]\npub unsafe extern \"C\" fn {name}({params}){ret} {{\n    \
+             // SAFETY: slot {i} holds `{name}`'s resolver or the function libnccl exports as `{name}`, \
+             both of\n    // the signature nccl.h declares for it; the caller upholds nccl.h's contract for \
+             the call.\n    \
+             unsafe {{\n        \
+             let slot = loaded_functions::SLOTS[{i}].load(::core::sync::atomic::Ordering::Acquire);\n        \
+             let f = ::core::mem::transmute::<*mut (), loaded_functions::signatures::{name}>(slot);\n        \
+             f({args})\n    }}\n}}\n\n"
+        )
+        .ok();
+        write!(
+            resolvers,
+            "        /// `{name}`'s first call: resolves it, then calls it, or returns the status for a missing \
+             function.\n    \
+             pub(super) unsafe extern \"C\" fn {name}({params}){ret} {{\n            \
+             match crate::loader::resolve(&SLOTS[{i}], NAMES[{i}]) {{\n                \
+             // SAFETY: `resolve` returns what libnccl exports as `{name}`, which has nccl.h's \
+             signature;\n                // the caller upholds nccl.h's contract for the call.\n                \
+             Some(f) => unsafe {{ ::core::mem::transmute::<*mut (), signatures::{name}>(f)({args}) }},\n                \
+             None => {missing},\n            }}\n        }}\n\n"
+        )
+        .ok();
+    }
+    let count = declared.len();
+    Ok(format!(
+        "/* Generated by build/nccl_table.rs from bindgen's declarations of nccl.h's functions. */\n\n\
+         {wrappers}\
+         /// The loader's side of the functions above: their names, slots, types and resolvers.\n\
+         pub(crate) mod loaded_functions {{\n    \
+         use ::core::sync::atomic::AtomicPtr;\n\n    \
+         /// The functions' C names, by index: what the loader looks up, and what a missing one's status \
+         names.\n    \
+         pub(crate) const NAMES: [&str; {count}] = [\n{names}    ];\n\n    \
+         /// Where each function's call goes: its resolver until the library's function is found.\n    \
+         pub(super) static SLOTS: [AtomicPtr<()>; {count}] = [\n{slots}    ];\n\n    \
+         /// Each function's type, as nccl.h declares it.\n    \
+         pub(crate) mod signatures {{\n        use super::super::*;\n{signatures}    }}\n\n    \
+         mod resolve {{\n        use super::super::*;\n        use super::{{signatures, NAMES, SLOTS}};\n\n{resolvers}    }}\n}}\n"
+    ))
+}
