@@ -137,7 +137,7 @@ pub fn generate(bindings: &syn::File) -> Result<String, String> {
         write!(
             resolvers,
             "        /// `{name}`'s first call: resolves it, then calls it, or returns the status for a missing \
-             function.\n    \
+             function.\n        \
              pub(super) unsafe extern \"C\" fn {name}({params}){ret} {{\n            \
              match crate::loader::resolve(&SLOTS[{i}], NAMES[{i}]) {{\n                \
              // SAFETY: `resolve` returns what libnccl exports as `{name}`, which has nccl.h's \

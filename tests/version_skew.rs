@@ -1,6 +1,7 @@
-//! The run-time version check against libraries other than the linked one: this test binary re-runs itself
-//! with LD_LIBRARY_PATH (which overrides the RUNPATH) pointing at another libnccl that `ci/setup <version>`
-//! installed under .deps/ (.deps/<target>/ for another architecture), and reads the verdict the child prints.
+//! The run-time version check against libraries other than the build's: this test binary re-runs itself
+//! with another libnccl that `ci/setup <version>` installed under .deps/ (.deps/<target>/ for another
+//! architecture), named by the loader's variable `METRALE_NCCL_LIBRARY` (and on LD_LIBRARY_PATH, which
+//! overrides the RUNPATH of the linked build, feature `link`), and reads the verdict the child prints.
 
 use std::path::{Path, PathBuf};
 
@@ -43,6 +44,7 @@ fn verdict_with(lib: &PathBuf) -> String {
         ])
         .env(CHILD, "1")
         .env("LD_LIBRARY_PATH", lib)
+        .env("METRALE_NCCL_LIBRARY", lib)
         .output()
         .expect("run the child");
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -7,8 +7,7 @@
 //! - Bad input (`bad_input.rs`): NCCL's error code and text, never a crash, and the communicator still
 //!   works afterwards.
 //! - Nothing leaks, many threads (`leaks.rs`).
-//! - Version safety: what the dynamic loader does with a function missing from an older libnccl
-//!   (`loader.rs`).
+//! - Version safety: what a call of a function missing from an older libnccl does (`loader.rs`).
 //!
 //! How the GPU tests run: one process per rank, as in production (`metrale_gpu_testkit::ranks`). A
 //! test runs itself once per rank, `METRALE_TEST_RANKS` ranks (default 2) over however many GPUs the
