@@ -59,7 +59,10 @@ fn declarations(file: &syn::File) -> Result<Vec<Declaration>, String> {
                 let syn::Pat::Ident(ident) = &*param.pat else {
                     return Err(format!("bindgen declared {name} with an unnamed parameter"));
                 };
-                params.push((ident.ident.to_string(), crate::driver_table::rust(&param.ty)?));
+                params.push((
+                    ident.ident.to_string(),
+                    crate::driver_table::rust(&param.ty)?,
+                ));
             }
             let ret = match &f.sig.output {
                 syn::ReturnType::Default => None,

@@ -6,6 +6,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use metrale_gpu_sys::version::build_info;
+use metrale_gpu_testkit::deps::installed_nccl;
+use metrale_gpu_testkit::skip::skip;
+
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 
 fn deps() -> PathBuf {
@@ -451,10 +455,242 @@ fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
 }
 
-/// The README's recipe for a binary of a crate that depends on metrale-comm (here `middle`, which depends
-/// on metrale-gpu-sys): without it the binary cannot find libnccl at start; with it, it runs.
+/// A scratch workspace of dependents of a copy of the crate (beside it, not in it: a workspace of its own, as a
+/// registry crate is): `middle`, a library of NCCL calls on the default features; `plain`, a binary on
+/// `middle`; `linked` and `recipe`, the same binary on feature `link`, `recipe` with the README's build.rs
+/// recipe: each calls `ncclCommGrow` (2.29+) first, then prints the library's version, or why there is
+/// none with exit status 3. And `both`, on `bindgen` and `bundled-bindings` at once, which prints the
+/// headers' and the library's versions.
+fn dependents(name: &str) -> PathBuf {
+    let root = scratch(name);
+    let _ = std::fs::remove_dir_all(&root);
+    copy_crate(&root.join("gpu-sys"));
+    let dir = root.join("app");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::copy(Path::new(REPO).join("Cargo.lock"), dir.join("Cargo.lock")).expect("Cargo.lock");
+    write(
+        &dir.join("Cargo.toml"),
+        "[workspace]\nmembers = [\"middle\", \"plain\", \"linked\", \"recipe\", \"both\"]\nresolver = \"2\"\n",
+    );
+    let package = |name: &str, deps: &str| {
+        format!("[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[dependencies]\n{deps}")
+    };
+    let gpu_sys =
+        |features: &str| format!("metrale-gpu-sys = {{ path = \"../../gpu-sys\"{features} }}\n");
+    write(
+        &dir.join("middle/Cargo.toml"),
+        &package("middle", &gpu_sys("")),
+    );
+    write(
+        &dir.join("middle/src/lib.rs"),
+        "use metrale_gpu_sys::nccl::*;\n\n\
+         pub fn nccl() -> Result<String, GpuError> {\n    \
+         metrale_gpu_sys::version::library_version().map(|v| v.to_string())\n}\n\n\
+         pub fn grow() -> String {\n    let mut comm: NcclComm = std::ptr::null_mut();\n    \
+         // SAFETY: a NULL parent, which NCCL refuses before using anything.\n    \
+         let r = unsafe { ncclCommGrow(std::ptr::null_mut(), 2, std::ptr::null(), 0, &mut comm, std::ptr::null_mut()) };\n    \
+         match check_nccl(r, \"ncclCommGrow\") {\n        Ok(()) => \"ncclCommGrow: Ok\".into(),\n        \
+         Err(e) => format!(\"ncclCommGrow: {e}\"),\n    }\n}\n",
+    );
+    let main = "fn main() -> std::process::ExitCode {\n    println!(\"{}\", middle::grow());\n    \
+                match middle::nccl() {\n        Ok(v) => println!(\"libnccl {v}\"),\n        \
+                Err(e) => {\n            println!(\"no libnccl: {e}\");\n            \
+                return std::process::ExitCode::from(3);\n        }\n    }\n    \
+                std::process::ExitCode::SUCCESS\n}\n";
+    let middle = "middle = { path = \"../middle\" }\n";
+    let members = [
+        ("plain", String::new()),
+        ("linked", gpu_sys(", features = [\"link\"]")),
+        ("recipe", gpu_sys(", features = [\"link\"]")),
+    ];
+    for (member, deps) in members {
+        write(
+            &dir.join(member).join("Cargo.toml"),
+            &package(member, &format!("{middle}{deps}")),
+        );
+        write(&dir.join(member).join("src/main.rs"), main);
+    }
+    // Without `middle`, whose ncclCommGrow older headers lack.
+    write(
+        &dir.join("both/Cargo.toml"),
+        &package("both", &gpu_sys(", features = [\"bundled-bindings\"]")),
+    );
+    write(
+        &dir.join("both/src/main.rs"),
+        "fn main() {\n    let v = metrale_gpu_sys::version::library_version().expect(\"libnccl\");\n    \
+         println!(\"headers {}, libnccl {v}\", metrale_gpu_sys::version::NcclVersion::HEADERS);\n}\n",
+    );
+    dir
+}
+
+/// `cargo build -p <package>` of the dependents against the NCCL at `nccl` (a root) and the CUDA headers.
+fn build_dependent(dir: &Path, package: &str, nccl: &Path) {
+    let vars = [
+        ("NCCL_HOME", nccl.to_path_buf()),
+        ("CUDA_HOME", deps().join("cuda-13.0/nvidia/cu13")),
+    ];
+    let out = cargo_command(dir, &["build", "-p", package], &vars)
+        .output()
+        .expect("run cargo");
+    ok(&out, package);
+}
+
+/// A dependent's binary, run with exactly `vars` among the variables that say where libnccl is.
+fn run_dependent(bin: &str, vars: &[(&str, &Path)]) -> Output {
+    let mut cmd = Command::new(scratch_target().join("debug").join(bin));
+    for var in [
+        "LD_LIBRARY_PATH",
+        "METRALE_NCCL_LIBRARY",
+        "METRALE_NCCL_ALLOW_OLDER",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+    ] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run the dependent's binary")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\n{}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The pinned NCCL's root under .deps/, and its library folder.
+fn pinned_nccl() -> (PathBuf, PathBuf) {
+    let root = deps().join(format!("nccl-{}/nvidia/nccl", build_info::PINNED_NCCL));
+    let lib = root.join("lib");
+    (root, lib)
+}
+
+/// The default features: the binary does not name libnccl (no DT_NEEDED); with no libnccl anywhere it
+/// starts, and its first NCCL call fails with the search; the variable points it at the pinned library,
+/// where it runs, or at an older one, where the 2.29 call fails naming the function.
 #[test]
-fn a_dependents_binary_runs_without_ld_library_path_by_the_readmes_recipe() {
+fn a_default_dependent_starts_anywhere_and_finds_the_library_at_run_time() {
+    let (pinned, pinned_lib) = pinned_nccl();
+    if let Some(system) = system_libnccl() {
+        return skip(format_args!(
+            "this machine's dynamic loader finds a libnccl ({system}), so no run can start with no libnccl \
+             anywhere"
+        ));
+    }
+    let dir = dependents("dependent-loaded");
+    // The build finds NCCL in a folder of links to the pinned one, removed after the build.
+    let nccl = dir.join("nccl");
+    std::fs::create_dir_all(nccl.join("lib")).expect("mkdir");
+    std::os::unix::fs::symlink(pinned.join("include"), nccl.join("include")).expect("symlink");
+    let built_lib = nccl.join("lib/libnccl.so.2");
+    std::os::unix::fs::symlink(pinned_lib.join("libnccl.so.2"), &built_lib).expect("symlink");
+    build_dependent(&dir, "plain", &nccl);
+
+    let exe = scratch_target().join("debug/plain");
+    let dynamic = Command::new("readelf")
+        .arg("-d")
+        .arg(&exe)
+        .output()
+        .expect("run readelf (binutils)");
+    let dynamic = String::from_utf8_lossy(&dynamic.stdout);
+    assert!(
+        dynamic.contains("(NEEDED)"),
+        "readelf printed no dynamic section:\n{dynamic}"
+    );
+    assert!(
+        !dynamic.contains("libnccl"),
+        "a default build names libnccl:\n{dynamic}"
+    );
+
+    // The build's folder still holds the library: found there.
+    let out = run_dependent("plain", &[]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    std::fs::remove_file(&built_lib).expect("remove the build's library");
+    let out = run_dependent("plain", &[]);
+    let all = text(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the program's own status: {all}"
+    );
+    for expected in [
+        "ncclCommGrow: ncclCommGrow needs libnccl, which is unavailable: no libnccl.so.2 could be loaded",
+        "1. METRALE_NCCL_LIBRARY: not set",
+        &format!("2. the folder found at build time ({}): no libnccl.so.2 there any more", nccl.join("lib").display()),
+        "3. the system's dynamic loader (LD_LIBRARY_PATH, the executable's RUNPATH, the ld cache): ",
+        "4. VIRTUAL_ENV: not set",
+        "5. CONDA_PREFIX: not set",
+        "no libnccl: library_version needs libnccl",
+    ] {
+        assert!(all.contains(expected), "expected {expected:?} in:\n{all}");
+    }
+    assert!(!all.contains("panicked"), "{all}");
+
+    let out = run_dependent("plain", &[("METRALE_NCCL_LIBRARY", &pinned_lib)]);
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(
+        all.contains(&format!("libnccl {}", build_info::PINNED_NCCL)),
+        "{all}"
+    );
+    assert!(!all.contains("lacks"), "{all}");
+
+    let older = installed_nccl(Path::new(REPO))
+        .into_iter()
+        .rev()
+        .find(|(v, _)| v.to_string() != build_info::PINNED_NCCL && (v.major, v.minor) < (2, 29));
+    let Some((older, older_lib)) = older else {
+        return skip(format_args!(
+            "no libnccl before 2.29 under .deps/ (`ci/setup 2.28.9`): the missing-function case is not shown"
+        ));
+    };
+    let allow = Path::new("1");
+    let out = run_dependent(
+        "plain",
+        &[
+            ("METRALE_NCCL_LIBRARY", &older_lib),
+            ("METRALE_NCCL_ALLOW_OLDER", allow),
+        ],
+    );
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    for expected in [
+        &format!("ncclCommGrow: ncclCommGrow failed: the loaded libnccl {older} ("),
+        &format!(
+            ") lacks ncclCommGrow, which the nccl.h {} this crate was built with declares",
+            build_info::PINNED_NCCL
+        ),
+        &format!("libnccl {older}"),
+    ] {
+        assert!(
+            all.contains(expected.as_str()),
+            "expected {expected:?} in:\n{all}"
+        );
+    }
+}
+
+/// The libnccl the system's dynamic loader finds on its own (its cache), if any.
+fn system_libnccl() -> Option<String> {
+    let out = Command::new("ldconfig")
+        .arg("-p")
+        .output()
+        .or_else(|_| Command::new("/sbin/ldconfig").arg("-p").output())
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.contains("libnccl.so.2"))
+        .map(|l| l.trim().to_string())
+}
+
+/// Feature `link`, by the README's recipe for a binary of a crate that depends on metrale-comm (here
+/// `middle`): without the recipe the binary cannot find libnccl at start; with it, it runs.
+#[test]
+fn a_linked_dependents_binary_runs_without_ld_library_path_by_the_readmes_recipe() {
     let readme = std::fs::read_to_string(Path::new(REPO).join("README.md")).expect("README.md");
     let start = "```rust\n// build.rs of the package that builds the binary";
     let recipe = readme
@@ -462,63 +698,65 @@ fn a_dependents_binary_runs_without_ld_library_path_by_the_readmes_recipe() {
         .and_then(|(_, rest)| rest.split_once("```"))
         .map(|(body, _)| format!("// build.rs{body}"))
         .unwrap_or_else(|| panic!("README.md has no block starting {start:?}"));
-
-    let _ = std::fs::remove_dir_all(scratch("dependent"));
-    // The crate beside the workspace, not in it: a workspace of its own, as a registry crate is.
-    copy_crate(&scratch("dependent/gpu-sys"));
-    let dir = scratch("dependent/app");
-    std::fs::create_dir_all(&dir).expect("mkdir");
-    std::fs::copy(Path::new(REPO).join("Cargo.lock"), dir.join("Cargo.lock")).expect("Cargo.lock");
-    write(
-        &dir.join("Cargo.toml"),
-        "[workspace]\nmembers = [\"middle\", \"plain\", \"recipe\"]\nresolver = \"2\"\n",
-    );
-    let package = |name: &str, deps: &str| {
-        format!("[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n[dependencies]\n{deps}")
-    };
-    let gpu_sys = "metrale-gpu-sys = { path = \"../../gpu-sys\" }\n";
-    write(&dir.join("middle/Cargo.toml"), &package("middle", gpu_sys));
-    write(
-        &dir.join("middle/src/lib.rs"),
-        "pub fn nccl() -> String {\n    metrale_gpu_sys::version::library_version().map_or_else(|e| e.to_string(), |v| v.to_string())\n}\n",
-    );
-    let main = "fn main() {\n    println!(\"libnccl {}\", middle::nccl());\n}\n";
-    let middle = "middle = { path = \"../middle\" }\n";
-    write(&dir.join("plain/Cargo.toml"), &package("plain", middle));
-    write(&dir.join("plain/src/main.rs"), main);
-    write(
-        &dir.join("recipe/Cargo.toml"),
-        &package("recipe", &format!("{middle}{gpu_sys}")),
-    );
-    write(&dir.join("recipe/src/main.rs"), main);
+    let dir = dependents("dependent-linked");
     write(&dir.join("recipe/build.rs"), &recipe);
+    let (pinned, _) = pinned_nccl();
+    build_dependent(&dir, "linked", &pinned);
+    build_dependent(&dir, "recipe", &pinned);
 
-    let nccl = deps().join("nccl-2.29.7/nvidia/nccl");
-    let vars = [
-        ("NCCL_HOME", nccl.clone()),
-        ("CUDA_HOME", deps().join("cuda-13.0/nvidia/cu13")),
-    ];
-    let out = cargo_command(&dir, &["build", "--workspace"], &vars)
+    let dynamic = Command::new("readelf")
+        .arg("-d")
+        .arg(scratch_target().join("debug/linked"))
         .output()
-        .expect("run cargo");
-    ok(&out, "the dependent workspace");
-    let run = |bin: &str| {
-        Command::new(scratch_target().join("debug").join(bin))
-            .env_remove("LD_LIBRARY_PATH")
-            .output()
-            .expect("run the dependent's binary")
-    };
-    let plain = run("plain");
+        .expect("run readelf (binutils)");
     assert!(
-        !plain.status.success()
-            && String::from_utf8_lossy(&plain.stderr)
-                .contains("libnccl.so.2: cannot open shared object file"),
-        "without the recipe the binary was expected not to find libnccl: {plain:?}"
+        String::from_utf8_lossy(&dynamic.stdout).contains("Shared library: [libnccl.so.2]"),
+        "{dynamic:?}"
     );
-    let recipe = run("recipe");
-    assert_eq!(
-        String::from_utf8_lossy(&recipe.stdout),
-        "libnccl 2.29.7\n",
-        "{recipe:?}"
+    let linked = run_dependent("linked", &[]);
+    assert!(
+        !linked.status.success()
+            && String::from_utf8_lossy(&linked.stderr)
+                .contains("libnccl.so.2: cannot open shared object file"),
+        "without the recipe the binary was expected not to find libnccl: {}",
+        text(&linked)
+    );
+    let recipe = run_dependent("recipe", &[]);
+    assert!(recipe.status.success(), "{}", text(&recipe));
+    assert!(
+        String::from_utf8_lossy(&recipe.stdout)
+            .ends_with(&format!("libnccl {}\n", build_info::PINNED_NCCL)),
+        "{}",
+        text(&recipe)
+    );
+}
+
+/// Features are additive: `bundled-bindings` beside the default `bindgen` builds with bindgen's output,
+/// shown with headers the snapshot cannot stand for (an older NCCL's: with the snapshot, the build would
+/// stop on the version).
+#[test]
+fn bundled_bindings_beside_bindgen_builds_with_bindgens_output() {
+    let older = installed_nccl(Path::new(REPO))
+        .into_iter()
+        .rev()
+        .find(|(v, _)| v.to_string() != build_info::PINNED_NCCL);
+    let Some((older, older_lib)) = older else {
+        return skip(format_args!(
+            "no NCCL but the pinned {} under .deps/ (`ci/setup 2.28.9`): both features would build the same",
+            build_info::PINNED_NCCL
+        ));
+    };
+    let dir = dependents("dependent-both");
+    let root = older_lib
+        .parent()
+        .expect("the library folder's root")
+        .to_path_buf();
+    build_dependent(&dir, "both", &root);
+    let out = run_dependent("both", &[]);
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(
+        all.contains(&format!("headers {older}, libnccl {older}")),
+        "{all}"
     );
 }

@@ -175,8 +175,8 @@ fn load() -> Result<Library, String> {
 fn open(target: &OsString) -> Result<(Handle, NcclVersion, String), String> {
     // SAFETY: loading libnccl runs its initialisers, which have no preconditions. RTLD_NOW: a library
     // whose own dependencies are missing fails here, not at a later call.
-    let handle = unsafe { Handle::open(Some(target), RTLD_NOW | RTLD_LOCAL) }
-        .map_err(|e| e.to_string())?;
+    let handle =
+        unsafe { Handle::open(Some(target), RTLD_NOW | RTLD_LOCAL) }.map_err(|e| e.to_string())?;
     let name = "ncclGetVersion";
     // SAFETY: looking a symbol up runs no code; it is called below with the signature nccl.h declares.
     let get_version = unsafe { handle.get::<signatures::ncclGetVersion>(name.as_bytes()) }

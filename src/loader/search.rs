@@ -47,7 +47,9 @@ pub fn places(var: &dyn Fn(&str) -> Option<OsString>, build_dir: &Path, file: &s
         },
     });
     places.push(Place {
-        what: "the system's dynamic loader (LD_LIBRARY_PATH, the executable's RUNPATH, the ld cache)".into(),
+        what:
+            "the system's dynamic loader (LD_LIBRARY_PATH, the executable's RUNPATH, the ld cache)"
+                .into(),
         target: Ok(OsString::from(file)),
     });
     for env in PYTHON_ENVS {
@@ -107,7 +109,8 @@ mod tests {
     }
 
     fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("metrale-search-{}-{name}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("metrale-search-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("mkdir");
         dir
@@ -116,11 +119,22 @@ mod tests {
     #[test]
     fn the_explicit_variable_is_the_only_place_and_a_folder_means_the_file_in_it() {
         let dir = scratch("explicit");
-        let places = places(&env(&[(LIBRARY_VAR, &dir)]), Path::new("/nowhere"), "libnccl.so.2");
+        let places = places(
+            &env(&[(LIBRARY_VAR, &dir)]),
+            Path::new("/nowhere"),
+            "libnccl.so.2",
+        );
         assert_eq!(places.len(), 1, "{places:?}");
-        assert_eq!(places[0].target, Ok(dir.join("libnccl.so.2").into_os_string()));
+        assert_eq!(
+            places[0].target,
+            Ok(dir.join("libnccl.so.2").into_os_string())
+        );
         let file = Path::new("/opt/x/libnccl.so.2.29.7");
-        let places = super::places(&env(&[(LIBRARY_VAR, file)]), Path::new("/nowhere"), "libnccl.so.2");
+        let places = super::places(
+            &env(&[(LIBRARY_VAR, file)]),
+            Path::new("/nowhere"),
+            "libnccl.so.2",
+        );
         assert_eq!(places[0].target, Ok(file.as_os_str().to_owned()));
     }
 
@@ -134,11 +148,23 @@ mod tests {
         std::fs::write(lib.join("libnccl.so.2"), "").expect("write");
         let places = places(&env(&[("VIRTUAL_ENV", &venv)]), &build, "libnccl.so.2");
         let whats: Vec<&str> = places.iter().map(|p| p.what.as_str()).collect();
-        assert!(whats[0] == LIBRARY_VAR && places[0].target.is_err(), "{places:?}");
-        assert!(whats[1].starts_with("the folder found at build time"), "{whats:?}");
-        assert_eq!(places[1].target, Ok(build.join("libnccl.so.2").into_os_string()));
+        assert!(
+            whats[0] == LIBRARY_VAR && places[0].target.is_err(),
+            "{places:?}"
+        );
+        assert!(
+            whats[1].starts_with("the folder found at build time"),
+            "{whats:?}"
+        );
+        assert_eq!(
+            places[1].target,
+            Ok(build.join("libnccl.so.2").into_os_string())
+        );
         assert_eq!(places[2].target, Ok(OsString::from("libnccl.so.2")));
-        assert_eq!(places[3].target, Ok(lib.join("libnccl.so.2").into_os_string()));
+        assert_eq!(
+            places[3].target,
+            Ok(lib.join("libnccl.so.2").into_os_string())
+        );
         assert_eq!(places[4].what, "CONDA_PREFIX");
         assert_eq!(places.len(), 5, "{places:?}");
     }
@@ -147,6 +173,9 @@ mod tests {
     fn a_build_folder_without_the_library_is_passed_over_saying_so() {
         let build = scratch("empty-build");
         let places = places(&env(&[]), &build, "libnccl.so.2");
-        assert_eq!(places[1].target, Err("no libnccl.so.2 there any more".into()));
+        assert_eq!(
+            places[1].target,
+            Err("no libnccl.so.2 there any more".into())
+        );
     }
 }

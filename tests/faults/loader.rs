@@ -174,7 +174,10 @@ fn a_function_missing_from_an_older_library_fails_its_call_naming_it() {
         for text in [
             "CHILD STARTED: ncclCommGrow returned Err: ncclCommGrow failed: the loaded libnccl ",
             &library,
-            &format!("which the nccl.h {} this crate was built with declares", NcclVersion::HEADERS),
+            &format!(
+                "which the nccl.h {} this crate was built with declares",
+                NcclVersion::HEADERS
+            ),
         ] {
             assert!(output.contains(text), "expected {text:?} in:\n{output}");
         }
