@@ -51,6 +51,9 @@ large_rounds=${BENCH_LARGE_ROUNDS:-2}
 helper_rounds=${BENCH_HELPER_ROUNDS:-3}
 
 rust=$here/perf
+# perf built with the crate's feature `link` (DT_NEEDED libnccl), where bench/stage built one: the
+# "linked" program, beside perf's run-time loading.
+linked=$here/perf-linked
 [ -x "$rust" ] || { say "no perf binary in $here: run bench/stage on the build machine first"; exit 2; }
 want=$(sed -n 's/^NCCL_VERSION=//p' "$here/BUILD-INFO.txt" 2>/dev/null)
 [ -n "$want" ] || { say "no NCCL_VERSION in $here/BUILD-INFO.txt: run bench/stage first"; exit 2; }
@@ -101,6 +104,8 @@ if ! find_nccl; then
     exit 2
 fi
 export LD_LIBRARY_PATH=$NCCL_LIB:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# perf loads libnccl at run time (the crate's default): this names the same library for it.
+export METRALE_NCCL_LIBRARY=$NCCL_LIB/libnccl.so.2
 say "NCCL $(header_version "$NCCL_INC"): $NCCL_INC, $NCCL_LIB"
 
 {
@@ -113,7 +118,8 @@ say "NCCL $(header_version "$NCCL_INC"): $NCCL_INC, $NCCL_LIB"
     nvidia-smi -L 2>&1
     nvidia-smi --query-gpu=name,driver_version,compute_cap,clocks.sm,clocks.max.sm --format=csv 2>&1
     nvidia-smi topo -m 2>&1
-    echo "perf links: $(ldd "$rust" 2>&1 | grep -E 'nccl|not found' | tr -s ' \t' ' ')"
+    echo "perf links: $(ldd "$rust" 2>&1 | grep -E 'nccl|not found' | tr -s ' \t' ' ') (none: loaded at run time from METRALE_NCCL_LIBRARY=$METRALE_NCCL_LIBRARY)"
+    [ -x "$linked" ] && echo "perf-linked links: $(ldd "$linked" 2>&1 | grep -E 'nccl|not found' | tr -s ' \t' ' ')"
 } > "$logs/environment.txt"
 
 # The C twin, compiled here against the same NCCL.
@@ -130,10 +136,12 @@ fi
 
 # nccl-tests: a build given in NCCL_TESTS_BUILD, or none (perf and the twin only). notes.md goes into summary.md.
 : > "$logs/notes.md"
-programs="rust c nt"
+rs="rust"
+[ -x "$linked" ] && rs="rust linked"
+programs="$rs c nt"
 nt_bin=${NCCL_TESTS_BUILD:-}
 if [ -z "$nt_bin" ]; then
-    programs="rust c"
+    programs="$rs c"
     echo "- nccl-tests was not run (no NCCL_TESTS_BUILD): its column and the Rust/nccl-tests targets are left out." >> "$logs/notes.md"
     say "no NCCL_TESTS_BUILD: perf and the C twin only"
 elif [ ! -x "$nt_bin/all_reduce_perf" ]; then
@@ -153,12 +161,13 @@ say "setup done"
 
 skipped=() failed=()  # runs, for notes.md
 pin=()  # a prefix for every command (the helpers phase pins to one core)
-# run NAME PROG ARGS...: one program (rust, c or nt; ARGS start with the collective); stdout in NAME-PROG.txt.
+# run NAME PROG ARGS...: one program (rust, linked, c or nt; ARGS start with the collective); stdout in NAME-PROG.txt.
 run() {
     local name=$1 prog=$2; shift 2
     local cmd
     case $prog in
         rust) cmd=("$rust" "$@") ;;
+        linked) cmd=("$linked" "$@") ;;
         c) cmd=("$twin" "$@") ;;
         nt) cmd=("$nt_bin/$1_perf" "${@:2}") ;;
     esac

@@ -16,10 +16,10 @@ import re
 import statistics
 import sys
 
-NAME = re.compile(r"^([a-z]+)-([a-z_]+)-([a-z]+)-r(\d+)-(rust|c|nt)\.txt$")
+NAME = re.compile(r"^([a-z]+)-([a-z_]+)-([a-z]+)-r(\d+)-(rust|linked|c|nt)\.txt$")
 HELPERS = re.compile(r"^helpers-r(\d+)-(c|rust)\.txt$")
-PROGRAMS = ("nt", "c", "rust")
-LABEL = {"nt": "nccl-tests", "c": "C", "rust": "Rust"}
+PROGRAMS = ("nt", "c", "linked", "rust")
+LABEL = {"nt": "nccl-tests", "c": "C", "linked": "Rust (feature link)", "rust": "Rust"}
 PHASES = ("small", "large", "colls", "full")
 MODES = {  # name: how nccl-tests spells it
     "default": "default",

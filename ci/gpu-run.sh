@@ -91,7 +91,7 @@ while read -r lib; do dirs+=("$(dirname "$lib")"); done < <(
     { ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2/ { print $NF }'
       timeout 60 find /opt /usr /home /root -maxdepth 9 -name 'libnccl.so.2' 2>/dev/null; } | sort -u)
 for d in "${dirs[@]}"; do
-    pv=$(LD_LIBRARY_PATH=$d timeout 120 "$probe" 2>/dev/null | grep -m1 '^NCCL library' | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -1)
+    pv=$(METRALE_NCCL_LIBRARY=$d LD_LIBRARY_PATH=$d timeout 120 "$probe" 2>/dev/null | grep -m1 '^NCCL library' | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -1)
     [ -n "$pv" ] && echo "found libnccl $pv in $d"
 done | tee "$logdir/libnccl-found.txt"
 mapfile -t found < <(sed -n 's/^found libnccl \([^ ]*\) in /\1 /p' "$logdir/libnccl-found.txt")
@@ -155,7 +155,9 @@ for run in "${runs[@]}"; do
         for f in "${found[@]}"; do [ "${f%% *}" = "$v" ] && lib=${f#* } && break; done
         [ -n "$lib" ] || { record FAIL 0 "NCCL $v" "no libnccl $v on this host (see libnccl-found.txt); give VERSION=LIBDIR"; continue; }
     fi
-    export LD_LIBRARY_PATH=$lib
+    # The binaries load libnccl at run time: the loader's variable names this one (LD_LIBRARY_PATH serves a
+    # build with feature link, and the C programs).
+    export METRALE_NCCL_LIBRARY=$lib LD_LIBRARY_PATH=$lib
     # An older library than this build's headers, for the fault suite's loader test.
     unset METRALE_OLDER_NCCL_LIB
     for f in "${found[@]}"; do

@@ -287,7 +287,12 @@ fn multi_process_example_under_mpirun() {
     for (k, v) in &vars {
         cmd.env(k, v).args(["-x", k]);
     }
-    for k in ["LD_LIBRARY_PATH", "NCCL_NVLS_ENABLE", "NCCL_DEBUG"] {
+    for k in [
+        "METRALE_NCCL_LIBRARY",
+        "LD_LIBRARY_PATH",
+        "NCCL_NVLS_ENABLE",
+        "NCCL_DEBUG",
+    ] {
         if std::env::var_os(k).is_some() {
             cmd.args(["-x", k]);
         }
