@@ -362,29 +362,40 @@ impl find::Host for BuildHost {
     }
 
     fn pkg_config_cuda_names(&self) -> Vec<String> {
-        // Declared, so that a new .pc directory reruns the build; pkg-config itself reads it.
-        let _ = env::var("PKG_CONFIG_PATH");
-        let Ok(out) = std::process::Command::new("pkg-config")
-            .arg("--list-package-names")
-            .output()
-        else {
-            return Vec::new();
+        // pkg-config's folders: PKG_CONFIG_PATH's, then PKG_CONFIG_LIBDIR's where set, else the tool's own
+        // (`pc_path`, asked through the pkg-config crate, which honours PKG_CONFIG, the sysroot and the
+        // per-target variables, and does not answer for another target unless told it may). Each name
+        // found is then probed through the crate too (`find`'s pkg-config step).
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for var in ["PKG_CONFIG_PATH", "PKG_CONFIG_LIBDIR"] {
+            if let Some(value) = env::var(var) {
+                dirs.extend(std::env::split_paths(&value));
+            }
+        }
+        if env::var("PKG_CONFIG_LIBDIR").is_none() {
+            let Ok(own) = pkg_config::get_variable("pkg-config", "pc_path") else {
+                return Vec::new();
+            };
+            dirs.extend(std::env::split_paths(&own));
+        }
+        let version = |name: &str| -> Option<Vec<u32>> {
+            let digits = name.strip_prefix("cuda-")?;
+            digits.split('.').map(|p| p.parse().ok()).collect()
         };
-        let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|n| {
-                n.starts_with("cuda-") && n[5..].chars().all(|c| c.is_ascii_digit() || c == '.')
+        let mut names: Vec<(Vec<u32>, String)> = dirs
+            .iter()
+            .filter_map(|dir| std::fs::read_dir(dir).ok())
+            .flatten()
+            .flatten()
+            .filter_map(|entry| {
+                let name = entry.file_name().into_string().ok()?;
+                let name = name.strip_suffix(".pc")?.to_string();
+                Some((version(&name)?, name))
             })
-            .map(String::from)
             .collect();
-        names.sort_by_key(|n| {
-            std::cmp::Reverse(
-                n[5..]
-                    .split('.')
-                    .map(|p| p.parse().unwrap_or(0))
-                    .collect::<Vec<u32>>(),
-            )
-        });
-        names
+        // Newest first; a name in two folders once (pkg-config takes the first folder's).
+        names.sort_by(|a, b| b.cmp(a));
+        names.dedup();
+        names.into_iter().map(|(_, name)| name).collect()
     }
 }
