@@ -164,6 +164,8 @@ pub fn generate(bindings: &syn::File) -> Result<String, String> {
          pub(super) static SLOTS: [AtomicPtr<()>; {count}] = [\n{slots}    ];\n\n    \
          /// Each function's type, as nccl.h declares it.\n    \
          pub(crate) mod signatures {{\n        use super::super::*;\n{signatures}    }}\n\n    \
+         // One shape for every return type: `None => ()` for the functions returning nothing.\n    \
+         #[allow(clippy::single_match)]\n    \
          mod resolve {{\n        use super::super::*;\n        use super::{{signatures, NAMES, SLOTS}};\n\n{resolvers}    }}\n}}\n"
     ))
 }

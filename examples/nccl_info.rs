@@ -3,7 +3,7 @@
 //! Where GPUs exist it runs one all-reduce across all of them and checks the sum.
 //!
 //! Exit status: 0 when everything found works (no driver or no GPU is reported, not an error),
-//! 2 on a version skew (library older than the headers), 1 when a call fails.
+//! 2 on a version skew (library older than the headers), 1 when a call fails or no libnccl loads.
 //!
 //! `cargo run --example nccl_info`
 
@@ -86,7 +86,8 @@ fn main() -> ExitCode {
 
 fn exit<E>(skew: Option<GpuError>, result: Result<(), E>) -> ExitCode {
     match (skew, result) {
-        (Some(_), _) => ExitCode::from(2),
+        (Some(GpuError::VersionSkew { .. }), _) => ExitCode::from(2),
+        (Some(_), _) => ExitCode::from(1),
         (None, Err(_)) => ExitCode::from(1),
         (None, Ok(())) => ExitCode::SUCCESS,
     }

@@ -7,7 +7,10 @@
 //!   the helpers ([`check_nccl`], [`create_stream`] … [`stream_ready`], [`nccl_mem_alloc`], [`nccl_mem_free`]).
 //! - [`cuda`]: the driver, loaded at run time (machines without a GPU have no `libcuda.so.1`).
 //! - [`stream`]: the stream and event helpers, and the contract every handle passed to them follows.
-//! - [`version`]: the headers' NCCL version against the loaded library's.
+//! - [`loader`]: libnccl, loaded at run time by default (feature `link` links it instead): where it is
+//!   searched, and what a call that cannot reach it returns (see the README's "How the library is found
+//!   at run time").
+//! - [`version`]: the headers' NCCL version against the loaded library's, the library's file and search.
 //! - [`watchdog`]: waits with a deadline that give up on the communicators (abort, or revoke with NCCL 2.29+)
 //!   instead of hanging, over one or several communicators, and the check for non-blocking calls.
 //!
@@ -159,7 +162,9 @@ pub mod bindings {
         clippy::useless_transmute,
         clippy::ptr_offset_with_cast,
         // nccl.h's comments, carried over as they are.
-        clippy::doc_lazy_continuation
+        clippy::doc_lazy_continuation,
+        // The loaded functions keep bindgen's `#[must_use]` as its declarations have it (feature `link`).
+        clippy::double_must_use
     )]
     #[cfg(feature = "link")]
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));

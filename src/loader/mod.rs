@@ -1,13 +1,13 @@
 //! libnccl, loaded at run time (the default; feature `link` links it instead): a program starts
 //! without the library, and a library that lacks a function fails only that function's calls.
 //!
-//! The first NCCL call loads the library ([`search`]'s places, in order), checks its version against
+//! The first NCCL call loads the library (the places of the README's search, in order), checks its version against
 //! the headers, and keeps it for the process's life (a library whose functions ran is never unloaded).
 //! Each function is resolved on its own, at its first call (`build/nccl_table.rs` generates the
 //! functions from bindgen's declarations): after that a call costs one atomic load and the indirect call.
 //!
 //! A call that cannot reach the library returns a status of the crate's own, one per function
-//! ([`missing_status`]): the status alone says which function it was, whichever thread reads it, and
+//! ([`MISSING_BASE`] + the function's index): the status alone says which function it was, whichever thread reads it, and
 //! `check_nccl` turns it into [`GpuError::NcclUnavailable`] (no library: the search),
 //! [`GpuError::VersionSkew`] (an older library, refused) or [`GpuError::NcclFunctionMissing`] (the
 //! library lacks the function).
