@@ -76,49 +76,26 @@ struct Declaration {
     ret: String,
 }
 
-/// The functions of bindgen's `extern "C"` blocks, by symbol, read by syn.
+/// The functions of bindgen's `extern "C"` blocks, by symbol.
 fn declarations(file: &syn::File) -> Result<Vec<(String, Declaration)>, String> {
-    let mut found = Vec::new();
-    for item in &file.items {
-        let syn::Item::ForeignMod(block) = item else {
-            continue;
-        };
-        for item in &block.items {
-            let syn::ForeignItem::Fn(f) = item else {
-                continue;
-            };
-            let name = f.sig.ident.to_string();
-            let mut params = Vec::new();
-            for input in &f.sig.inputs {
-                let syn::FnArg::Typed(param) = input else {
-                    return Err(format!("bindgen declared {name} with a receiver"));
-                };
-                let syn::Pat::Ident(ident) = &*param.pat else {
-                    return Err(format!("bindgen declared {name} with an unnamed parameter"));
-                };
-                params.push((ident.ident.to_string(), rust(&param.ty)?));
-            }
-            let syn::ReturnType::Type(_, ret) = &f.sig.output else {
-                return Err(format!(
-                    "bindgen declared {name} returning nothing, not a CUresult"
-                ));
-            };
-            let ret = rust(ret)?;
-            found.push((name, Declaration { params, ret }));
-        }
-    }
-    Ok(found)
-}
-
-/// A type as Rust source, printed by prettyplease (`*mut CUstream`, not the token stream's `* mut CUstream`).
-pub(crate) fn rust(ty: &syn::Type) -> Result<String, String> {
-    let alias: syn::File = syn::parse_quote!(type T = #ty;);
-    let text = prettyplease::unparse(&alias);
-    text.trim()
-        .strip_prefix("type T = ")
-        .and_then(|t| t.strip_suffix(';'))
-        .map(str::to_string)
-        .ok_or_else(|| format!("prettyplease printed a type alias as {text:?}"))
+    crate::declared::functions(file)?
+        .into_iter()
+        .map(|f| {
+            let ret = f.ret.ok_or_else(|| {
+                format!(
+                    "bindgen declared {} returning nothing, not a CUresult",
+                    f.name
+                )
+            })?;
+            Ok((
+                f.name,
+                Declaration {
+                    params: f.params,
+                    ret,
+                },
+            ))
+        })
+        .collect()
 }
 
 /// The CUDA version that introduced `symbol`, from cudaTypedefs.h: its `PFN_<name>_v<version>` typedefs list

@@ -9,6 +9,8 @@ mod bindgen_panic;
 #[cfg(feature = "bindgen")]
 mod bindings;
 #[cfg(feature = "bindgen")]
+mod declared;
+#[cfg(feature = "bindgen")]
 mod driver_table;
 mod env;
 mod find;

@@ -38,44 +38,16 @@ fn missing_return(d: &Declaration, index: usize) -> Result<String, String> {
 
 /// The `nccl*` functions of bindgen's `extern "C"` blocks, in the order bindgen wrote them.
 fn declarations(file: &syn::File) -> Result<Vec<Declaration>, String> {
-    let mut found = Vec::new();
-    for item in &file.items {
-        let syn::Item::ForeignMod(block) = item else {
-            continue;
-        };
-        for item in &block.items {
-            let syn::ForeignItem::Fn(f) = item else {
-                continue;
-            };
-            let name = f.sig.ident.to_string();
-            if !name.starts_with("nccl") {
-                continue;
-            }
-            let mut params = Vec::new();
-            for input in &f.sig.inputs {
-                let syn::FnArg::Typed(param) = input else {
-                    return Err(format!("bindgen declared {name} with a receiver"));
-                };
-                let syn::Pat::Ident(ident) = &*param.pat else {
-                    return Err(format!("bindgen declared {name} with an unnamed parameter"));
-                };
-                params.push((
-                    ident.ident.to_string(),
-                    crate::driver_table::rust(&param.ty)?,
-                ));
-            }
-            let ret = match &f.sig.output {
-                syn::ReturnType::Default => None,
-                syn::ReturnType::Type(_, ty) => Some(crate::driver_table::rust(ty)?),
-            };
-            found.push(Declaration {
-                attrs: f.attrs.iter().filter_map(attribute).collect(),
-                name,
-                params,
-                ret,
-            });
-        }
-    }
+    let found: Vec<Declaration> = crate::declared::functions(file)?
+        .into_iter()
+        .filter(|f| f.name.starts_with("nccl"))
+        .map(|f| Declaration {
+            attrs: f.item.attrs.iter().filter_map(attribute).collect(),
+            name: f.name,
+            params: f.params,
+            ret: f.ret,
+        })
+        .collect();
     if found.is_empty() {
         return Err("bindgen declared no nccl* function: is nccl.h NCCL's?".into());
     }
