@@ -5,6 +5,8 @@
 //! the headers, and keeps it for the process's life (a library whose functions ran is never unloaded).
 //! Each function is resolved on its own, at its first call (`build/nccl_table.rs` generates the
 //! functions from bindgen's declarations): after that a call costs one atomic load and the indirect call.
+//! A function a library of `LD_PRELOAD` defines is taken from it, as the dynamic linker would for a
+//! linked build.
 //!
 //! A call that cannot reach the library returns a status of the crate's own, one per function
 //! ([`MISSING_BASE`] + the function's index): the status alone says which function it was, whichever thread reads it, and
@@ -77,16 +79,41 @@ pub(crate) fn search_report() -> String {
 /// where there is no library, the library was refused, or it lacks the function.
 pub(crate) fn resolve(slot: &AtomicPtr<()>, name: &str) -> Option<*mut ()> {
     let library = library(name).ok().filter(|l| !l.refused)?;
-    // SAFETY: looking a symbol up runs no code of the library; the pointer is only ever called through
-    // the signature nccl.h declares for `name` (the generated caller's).
-    let function = unsafe { library.handle.get::<*mut ()>(name.as_bytes()) }.ok()?;
-    let function = *function;
+    let function = match preloaded(name) {
+        Some(function) => function,
+        // SAFETY: looking a symbol up runs no code of the library; the pointer is only ever called
+        // through the signature nccl.h declares for `name` (the generated caller's).
+        None => *unsafe { library.handle.get::<*mut ()>(name.as_bytes()) }.ok()?,
+    };
     if function.is_null() {
         return None;
     }
     // Release: a thread that loads the pointer (Acquire) sees the library as loaded.
     slot.store(function, Ordering::Release);
     Some(function)
+}
+
+/// `name` as a library of `LD_PRELOAD` defines it, if one does: the dynamic linker lets such a library
+/// interpose a linked build's calls, and so does the loader (tracers, profilers, the tests' stand-ins).
+/// Only `LD_PRELOAD`'s libraries: another libnccl already in the process's global scope is not mixed in.
+fn preloaded(name: &str) -> Option<*mut ()> {
+    let preload = std::env::var_os("LD_PRELOAD")?;
+    let symbol = std::ffi::CString::new(name).ok()?;
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only looks the name up.
+    let function = unsafe { libc::dlsym(libc::RTLD_DEFAULT, symbol.as_ptr()) };
+    if function.is_null() {
+        return None;
+    }
+    let file = crate::dladdr::file_of(function)?;
+    let file = Path::new(&file);
+    let preload = preload.to_string_lossy().into_owned();
+    // ld.so's list: paths or names, separated by spaces or colons.
+    let listed = preload
+        .split([' ', ':'])
+        .filter(|entry| !entry.is_empty())
+        .map(Path::new)
+        .any(|entry| entry == file || entry.file_name() == file.file_name());
+    listed.then_some(function.cast())
 }
 
 /// What a call of function `index` returns when it cannot reach the library.
