@@ -25,7 +25,7 @@ fn missing_return(d: &Declaration, index: usize) -> Result<String, String> {
         None => Ok("()".into()),
         Some("ncclResult_t") => Ok(format!("crate::loader::missing_status({index})")),
         Some("*const ::std::os::raw::c_char") => {
-            Ok(format!("crate::loader::missing_text({index})"))
+            Ok("crate::loader::missing_text()".into())
         }
         other => Err(format!(
             "nccl.h declares {} returning {}: build/nccl_table.rs knows what a call of a missing function \

@@ -140,3 +140,37 @@ fn version_verdict_names_both_versions() {
         }
     );
 }
+
+/// The loader's status for a call that could not reach a function names the function and the loaded
+/// library, from any thread (the status alone says which); a code past the functions is NCCL's.
+#[cfg(not(feature = "link"))]
+#[test]
+fn the_loaders_missing_function_status_names_the_function_and_the_library() {
+    use metrale_gpu_sys::loader::MISSING_BASE;
+    let path = version::library_path().expect("the loaded library");
+    let err = std::thread::spawn(|| check_nccl(NcclResult(MISSING_BASE), "a call"))
+        .join()
+        .expect("the thread")
+        .expect_err("an error");
+    let GpuError::NcclFunctionMissing {
+        function,
+        library,
+        library_path,
+        ..
+    } = &err
+    else {
+        panic!("not a missing function: {err}")
+    };
+    assert!(function.starts_with("nccl"), "{err}");
+    assert_eq!(*library, NcclVersion::HEADERS);
+    assert_eq!(*library_path, path);
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with(&format!(
+            "a call failed: the loaded libnccl {library} ({path}) lacks {function}"
+        )),
+        "{msg}"
+    );
+    let far = check_nccl(NcclResult(MISSING_BASE + 1_000_000), "a call").expect_err("an error");
+    assert!(matches!(far, GpuError::Nccl { .. }), "{far}");
+}

@@ -123,7 +123,7 @@ pub(crate) fn missing_status(index: usize) -> ncclResult_t {
 
 /// What a call of a function returning text (`ncclGetErrorString`, `ncclGetLastError`) returns when it
 /// cannot reach the library: a static C string saying so.
-pub(crate) fn missing_text(_index: usize) -> *const c_char {
+pub(crate) fn missing_text() -> *const c_char {
     c"metrale-gpu-sys: this NCCL function is unavailable (no libnccl loaded, or the loaded one lacks it); \
       see metrale_gpu_sys::version::library_search()"
         .as_ptr()

@@ -984,7 +984,7 @@ pub(crate) mod loaded_functions {
                 // SAFETY: `resolve` returns what libnccl exports as `ncclGetErrorString`, which has nccl.h's signature;
                 // the caller upholds nccl.h's contract for the call.
                 Some(f) => unsafe { ::core::mem::transmute::<*mut (), signatures::ncclGetErrorString>(f)(result) },
-                None => crate::loader::missing_text(16),
+                None => crate::loader::missing_text(),
             }
         }
 
@@ -994,7 +994,7 @@ pub(crate) mod loaded_functions {
                 // SAFETY: `resolve` returns what libnccl exports as `ncclGetLastError`, which has nccl.h's signature;
                 // the caller upholds nccl.h's contract for the call.
                 Some(f) => unsafe { ::core::mem::transmute::<*mut (), signatures::ncclGetLastError>(f)(comm) },
-                None => crate::loader::missing_text(17),
+                None => crate::loader::missing_text(),
             }
         }
 
