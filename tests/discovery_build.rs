@@ -739,15 +739,15 @@ fn a_linked_dependents_binary_runs_without_ld_library_path_by_the_readmes_recipe
 }
 
 /// Features are additive: `bundled-bindings` beside the default `bindgen` builds with bindgen's output,
-/// shown with headers the snapshot cannot stand for (an older NCCL's: with the snapshot, the build would
-/// stop on the version).
+/// shown with headers the snapshot cannot stand for (another NCCL's than the pinned one: with the
+/// snapshot, the build would stop on the version).
 #[test]
 fn bundled_bindings_beside_bindgen_builds_with_bindgens_output() {
-    let older = installed_nccl(Path::new(REPO))
+    let other = installed_nccl(Path::new(REPO))
         .into_iter()
         .rev()
         .find(|(v, _)| v.to_string() != build_info::PINNED_NCCL);
-    let Some((older, older_lib)) = older else {
+    let Some((other, other_lib)) = other else {
         return skip(format_args!(
             "no NCCL but the pinned {} under .deps/ (`ci/setup 2.28.9`): both features would build the same",
             build_info::PINNED_NCCL
@@ -763,7 +763,7 @@ fn bundled_bindings_beside_bindgen_builds_with_bindgens_output() {
     let all = text(&out);
     assert!(out.status.success(), "{all}");
     assert!(
-        all.contains(&format!("headers {older}, libnccl {older}")),
+        all.contains(&format!("headers {other}, libnccl {other}")),
         "{all}"
     );
 }
