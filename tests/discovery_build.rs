@@ -754,7 +754,7 @@ fn bundled_bindings_beside_bindgen_builds_with_bindgens_output() {
         ));
     };
     let dir = dependents("dependent-both");
-    let root = older_lib
+    let root = other_lib
         .parent()
         .expect("the library folder's root")
         .to_path_buf();
