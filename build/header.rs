@@ -95,14 +95,11 @@ impl Macros {
         self.number("CUDA_VERSION", "CUDA's cuda.h")
     }
 
-    /// The names of NCCL's own macros (`NCCL_…`, `nccl…`, `pnccl…`), function-like ones included: a
-    /// name nccl.h defines as a macro is no function to call (2.30+ turns `ncclResetDebugInit` into an
-    /// empty macro outside NCCL's own build).
-    pub fn nccl_names(&self) -> impl Iterator<Item = &str> {
-        self.0
-            .iter()
-            .map(|(name, _, _)| name.as_str())
-            .filter(|n| ["NCCL_", "nccl", "pnccl"].iter().any(|p| n.starts_with(p)))
+    /// Whether the headers define `name` as a macro, object-like or function-like: a name nccl.h defines
+    /// as a macro is no function to call (2.30+ turns `ncclResetDebugInit` into an empty macro outside
+    /// NCCL's own build).
+    pub fn defines(&self, name: &str) -> bool {
+        self.0.iter().any(|(n, _, _)| n == name)
     }
 
     /// Every `NCCL_…_INITIALIZER`, in name order, with the struct it initialises; `Err` names one the shim

@@ -271,7 +271,11 @@ fn link_nccl(found: &find::Found) {
 /// Versions for this crate (cfg flags) and for dependents (`DEP_NCCL_*` in their build scripts); where the
 /// headers and library are, unless the bindings come from the snapshot alone (docs.rs).
 fn emit_version(nccl: NcclVersion, cuda: u32, found: Option<&find::Found>, out_dir: &Path) {
-    println!("cargo:rustc-check-cfg=cfg(nccl_macro, values(any()))");
+    let asked: Vec<String> = ASKED_MACROS.iter().map(|m| format!("{m:?}")).collect();
+    println!(
+        "cargo:rustc-check-cfg=cfg(nccl_macro, values({}))",
+        asked.join(", ")
+    );
     for minor in NCCL_MINORS {
         println!("cargo:rustc-check-cfg=cfg(nccl_2_{minor})");
         if nccl.major > 2 || (nccl.major == 2 && minor <= nccl.minor) {
@@ -321,11 +325,16 @@ fn emit_version(nccl: NcclVersion, cuda: u32, found: Option<&find::Found>, out_d
     println!("cargo:rustc-env=METRALE_CUDA_FOUND_BY={}", found.cuda_step);
 }
 
-/// `cfg(nccl_macro = "NAME")` for each of NCCL's macros the preprocessor saw: code that calls a function a
-/// header may define as a macro instead (2.30+'s `ncclResetDebugInit`) is gated on what the header says.
-/// And for dependents (systest): the initializers the shim turned into `Default`s.
+/// The macros the crate's own code asks about with `cfg(nccl_macro = "NAME")`: a name nccl.h may define
+/// as a macro instead of a function (2.30+'s `ncclResetDebugInit`), or an initializer only some versions
+/// have. Only these are set, and check-cfg accepts no other name, so a misspelt one warns instead of being
+/// silently false.
+const ASKED_MACROS: &[&str] = &["ncclResetDebugInit", "NCCL_COLLCONFIG_INITIALIZER"];
+
+/// `cfg(nccl_macro = "NAME")` for each of [`ASKED_MACROS`] the preprocessor saw. And for dependents
+/// (systest): the initializers the shim turned into `Default`s.
 fn emit_macros(macros: &header::Macros, out_dir: &Path) {
-    for name in macros.nccl_names() {
+    for name in ASKED_MACROS.iter().filter(|name| macros.defines(name)) {
         println!("cargo:rustc-cfg=nccl_macro=\"{name}\"");
     }
     println!(
