@@ -1,7 +1,7 @@
 //! The two bindgen runs over `wrapper.h`, their output read by syn:
 //! - `bindings.rs`: every `nccl*` function, type and `NCCL_*` constant, the shim's functions, and the
-//!   `cuda.h` types the helpers use; linked against libnccl. Its layout tests give `facts.rs` (what
-//!   `bundled-bindings` checks the headers found against).
+//!   `cuda.h` types the helpers use; linked against libnccl. With it, `facts.rs`: the layout of the
+//!   structs the shim fills (`layout.rs`), what `bundled-bindings` checks the headers found against.
 //! - `cuda_driver.rs`: the driver table (`driver_table.rs`) around bindgen's declarations of the driver
 //!   functions, with cuda.h's `CUresult` names.
 
@@ -38,7 +38,9 @@ pub fn generate(inputs: &Inputs) -> Result<(), String> {
 }
 
 fn run(inputs: &Inputs) -> Result<(), String> {
+    let fields = layout::Fields::default();
     let nccl = base(inputs)
+        .parse_callbacks(Box::new(fields.clone()))
         .header(inputs.shim_header.to_string_lossy())
         .allowlist_function("nccl.*")
         .allowlist_function("metrale_.*")
@@ -48,9 +50,16 @@ fn run(inputs: &Inputs) -> Result<(), String> {
         .allowlist_var("CUDA_VERSION")
         // Written by hand in src/: CUresult prints its name, the unique id its bytes in hex.
         .no_debug("cudaError_enum|ncclUniqueId");
-    let bindings = write(nccl, &inputs.out_dir.join("bindings.rs"))?;
-    let sizes = layout::filled_struct_sizes(&bindings, inputs.filled)?;
-    let facts = snapshot::facts(inputs.nccl, inputs.cuda, &sizes);
+    write(nccl, &inputs.out_dir.join("bindings.rs"))?;
+    // The filled structs' layouts, as clang evaluates them (for `facts.rs`).
+    let probe = layout::Probe::new(inputs.filled, &fields)?;
+    let probed = base(inputs)
+        .header_contents(layout::Probe::NAME, &probe.header)
+        .allowlist_var(layout::Probe::VARS)
+        .generate()
+        .map_err(bindgen_failed)?;
+    let layouts = probe.read(&parse(&probed.to_string())?)?;
+    let facts = snapshot::facts(inputs.nccl, inputs.cuda, &layouts);
     write_text(&inputs.out_dir.join("facts.rs"), &facts)?;
 
     // The driver's functions as bindgen declares them; the table around them is generated from these.
@@ -179,11 +188,10 @@ fn bindgen_failed(e: bindgen::BindgenError) -> String {
     )
 }
 
-/// Generates and writes `path`; returns the file as syn reads it.
-fn write(builder: bindgen::Builder, path: &Path) -> Result<syn::File, String> {
+/// Generates and writes `path`.
+fn write(builder: bindgen::Builder, path: &Path) -> Result<(), String> {
     let text = builder.generate().map_err(bindgen_failed)?.to_string();
-    write_text(path, &text)?;
-    parse(&text)
+    write_text(path, &text)
 }
 
 fn write_text(path: &Path, text: &str) -> Result<(), String> {

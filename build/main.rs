@@ -144,8 +144,8 @@ fn run() -> Result<(), String> {
 
 /// `bundled-bindings`: installs the snapshot where the headers found (`nccl`, `cuda`: their versions) are
 /// its NCCL version and CUDA major version, and has the shim's compile check that each struct it fills has
-/// the size of the snapshot's Rust type (the same version number does not make the same structs: a
-/// patched or mislabelled nccl.h). Returns what a failed compile of the shim then means.
+/// the size and field offsets of the snapshot's Rust type (the same version number does not make the same
+/// structs: a patched or mislabelled nccl.h). Returns what a failed compile of the shim then means.
 fn use_snapshot(
     snapshot: &Snapshot,
     (nccl, cuda): (NcclVersion, u32),
@@ -187,22 +187,15 @@ fn use_snapshot(
         ));
     }
     shim.define("METRALE_BUNDLED_BINDINGS", None);
-    let mut sizes = Vec::new();
-    for (c_name, size) in snapshot.filled_struct_sizes(filled) {
-        shim.define(
-            &format!("METRALE_SNAPSHOT_SIZEOF_{c_name}"),
-            size.to_string().as_str(),
-        );
-        if size > 0 {
-            sizes.push(format!("{c_name}: {size} bytes"));
-        }
-    }
+    let (checks, summary) = snapshot.layout_checks(filled);
+    let path = out_dir.join(snapshot::LAYOUT_CHECKS);
+    std::fs::write(&path, checks).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(format!(
-        "\nWith `bundled-bindings` the shim checks that each struct it fills has the size of the bundled \
-         snapshot's Rust type ({}); the `_Static_assert` or `#error` above names the struct that differs. \
-         These headers are not the ones the snapshot was made from, whatever their version says: drop the \
-         feature so that bindgen translates them.",
-        sizes.join(", ")
+        "\nWith `bundled-bindings` the shim checks that each struct it fills has the size and field offsets \
+         of the bundled snapshot's Rust type ({}); the `_Static_assert` above names the struct or field \
+         that differs. These headers are not the ones the snapshot was made from, whatever their version \
+         says: drop the feature so that bindgen translates them.",
+        summary.join("; ")
     ))
 }
 

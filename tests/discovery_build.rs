@@ -308,38 +308,95 @@ fn crate_with_patched_header(
     (krate, vars)
 }
 
+/// The stderr of a `bundled-bindings` build against the pinned nccl.h as `patch` rewrites it, which must fail.
+fn refused_bundled_build(name: &str, patch: impl Fn(&str) -> String) -> String {
+    let (krate, vars) = crate_with_patched_header(name, patch);
+    let out = cargo(
+        &krate,
+        &["build", "--lib", "--features", "bundled-bindings"],
+        &vars,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "built the snapshot against a patched ncclConfig_t ({name}):\n{stderr}"
+    );
+    stderr
+}
+
+/// What the refusal says whichever struct or field differs: the layout it expected, and the way out.
+fn expected_refusal() -> [String; 2] {
+    // The snapshot's own types: whatever headers this test binary was built against.
+    use snapshot::{ncclConfig_t, ncclSimInfo_t};
+    [
+        format!(
+            "the size and field offsets of the bundled snapshot's Rust type (ncclConfig_t: {} bytes, 19 \
+             fields; ncclSimInfo_t: {} bytes, 4 fields)",
+            size_of::<ncclConfig_t>(),
+            size_of::<ncclSimInfo_t>()
+        ),
+        "drop the feature".to_string(),
+    ]
+}
+
 #[test]
 fn bundled_bindings_refuse_headers_whose_structs_differ_from_the_snapshot() {
     // The pinned nccl.h with one more field in ncclConfig_t: the same version number, another struct.
-    let (krate, vars) = crate_with_patched_header("bundled-mismatch", |header| {
+    let stderr = refused_bundled_build("bundled-mismatch", |header| {
         header.replacen(
             "} ncclConfig_t;",
             "  int metraleExtraField;\n} ncclConfig_t;",
             1,
         )
     });
-    let out = cargo(
-        &krate,
-        &["build", "--lib", "--features", "bundled-bindings"],
-        &vars,
+    let size = format!(
+        "bundled-bindings: sizeof(ncclConfig_t) in the headers found differs from the bundled snapshot's \
+         Rust type ({} bytes)",
+        size_of::<snapshot::ncclConfig_t>()
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "built the snapshot against a larger ncclConfig_t"
-    );
-    // The snapshot's own types: whatever headers this test binary was built against.
-    use snapshot::{ncclConfig_t, ncclSimInfo_t};
-    for text in [
-        "bundled-bindings: sizeof(ncclConfig_t) in the headers found differs",
-        &format!(
-            "the size of the bundled snapshot's Rust type (ncclConfig_t: {} bytes, ncclSimInfo_t: {} bytes)",
-            size_of::<ncclConfig_t>(),
-            size_of::<ncclSimInfo_t>()
-        ),
-        "drop the feature",
+    for text in [size].iter().chain(&expected_refusal()) {
+        assert!(
+            stderr.contains(text.as_str()),
+            "expected {text:?} in:\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn bundled_bindings_refuse_a_struct_whose_fields_moved_within_the_same_size() {
+    // The pinned nccl.h with two int fields of ncclConfig_t swapped: the same size, other offsets.
+    let stderr = refused_bundled_build("bundled-reordered", |header| {
+        header.replacen(
+            "  int minCTAs;\n  int maxCTAs;\n",
+            "  int maxCTAs;\n  int minCTAs;\n",
+            1,
+        )
+    });
+    use snapshot::ncclConfig_t;
+    let moved = [
+        ("minCTAs", std::mem::offset_of!(ncclConfig_t, minCTAs)),
+        ("maxCTAs", std::mem::offset_of!(ncclConfig_t, maxCTAs)),
+    ]
+    .map(|(field, offset)| {
+        format!(
+            "bundled-bindings: offsetof(ncclConfig_t, {field}) in the headers found differs from the bundled \
+             snapshot's Rust type ({offset})"
+        )
+    });
+    for text in moved.iter().chain(&expected_refusal()) {
+        assert!(
+            stderr.contains(text.as_str()),
+            "expected {text:?} in:\n{stderr}"
+        );
+    }
+    for unmoved in [
+        "sizeof(ncclConfig_t) in the headers found",
+        "offsetof(ncclConfig_t, blocking)",
     ] {
-        assert!(stderr.contains(text), "expected {text:?} in:\n{stderr}");
+        assert!(
+            !stderr.contains(unmoved),
+            "{unmoved:?} was refused too:\n{stderr}"
+        );
     }
 }
 
