@@ -62,25 +62,14 @@ fn run(inputs: &Inputs) -> Result<(), String> {
     let facts = snapshot::facts(inputs.nccl, inputs.cuda, &layouts);
     write_text(&inputs.out_dir.join("facts.rs"), &facts)?;
 
-    // The driver's functions as bindgen declares them; the table around them is generated from these.
-    let names = CuresultNames::default();
-    let declarations = base(inputs)
-        .parse_callbacks(Box::new(names.clone()))
-        .allowlist_function(driver_table::symbols().collect::<Vec<_>>().join("|"))
-        .allowlist_recursively(false)
-        .generate_comments(false)
-        .layout_tests(false)
-        .generate()
-        .map_err(bindgen_failed)?;
-    let declarations = parse(&declarations.to_string())?;
-    // Which CUDA version added each function: the compile-time check that the required ones are no newer
-    // than the headers' major version, and the errors naming what an older driver lacks.
-    let typedefs = inputs.include_dirs.iter().find_map(|d| {
-        let path = d.join("cudaTypedefs.h");
-        let text = std::fs::read_to_string(&path).ok()?;
-        println!("cargo:rerun-if-changed={}", path.display());
-        Some(text)
-    });
+    // Which CUDA version added each function: cudaTypedefs.h's `PFN_<function>_v<version>` typedefs, as
+    // bindgen translates them. For the compile-time check that the required ones are no newer than the
+    // headers' major version, and the errors naming what an older driver lacks.
+    let typedefs = inputs
+        .include_dirs
+        .iter()
+        .map(|d| d.join("cudaTypedefs.h"))
+        .find(|path| path.is_file());
     if typedefs.is_none() {
         println!(
             "cargo:warning=metrale-gpu-sys found no cudaTypedefs.h beside cuda.h: the driver table cannot \
@@ -88,7 +77,20 @@ fn run(inputs: &Inputs) -> Result<(), String> {
              is skipped (pip: nvidia-cuda-runtime has it)"
         );
     }
-    let table = driver_table::generate(&declarations, typedefs.as_deref())?;
+    // The driver's functions as bindgen declares them (with the types they name, so that aliases
+    // resolve); the table around them is generated from these.
+    let names = CuresultNames::default();
+    let mut declarations = base(inputs)
+        .parse_callbacks(Box::new(names.clone()))
+        .allowlist_function(driver_table::symbols().collect::<Vec<_>>().join("|"))
+        .allowlist_type(format!("PFN_({})_v[0-9]+", driver_table::bases().join("|")))
+        .generate_comments(false)
+        .layout_tests(false);
+    if let Some(path) = &typedefs {
+        declarations = declarations.header(path.to_string_lossy());
+    }
+    let declarations = declarations.generate().map_err(bindgen_failed)?;
+    let table = driver_table::generate(&parse(&declarations.to_string())?)?;
     write_text(
         &inputs.out_dir.join("cuda_driver.rs"),
         &(table + &names.table()),

@@ -11,6 +11,8 @@ use crate::nccl_version::NcclVersion;
 /// What the snapshot was made from, as the bindgen run that wrote it recorded (`facts` below).
 mod recorded {
     use crate::nccl_version::NcclVersion;
+    /// A struct's C name, its size, and each field's name and offset.
+    type StructLayout = (&'static str, usize, &'static [(&'static str, usize)]);
     include!("../src/snapshot/facts.rs");
 }
 
@@ -110,7 +112,7 @@ pub fn facts(nccl: NcclVersion, cuda: u32, layouts: &[crate::layout::Layout]) ->
          pub const CUDA_VERSION: u32 = {cuda};\n\n\
          /// Each struct the shim fills, as clang laid it out for bindgen (whose layout tests hold the Rust \
          type to the\n/// same): its C name, its size and the offset of every field.\n\
-         pub const FILLED_STRUCTS: &[(&str, usize, &[(&str, usize)])] = &[\n{structs}];\n",
+         pub const FILLED_STRUCTS: &[StructLayout] = &[\n{structs}];\n",
         nccl.major,
         nccl.minor,
         nccl.patch,

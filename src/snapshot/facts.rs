@@ -13,7 +13,7 @@ pub const CUDA_VERSION: u32 = 13000;
 
 /// Each struct the shim fills, as clang laid it out for bindgen (whose layout tests hold the Rust type to the
 /// same): its C name, its size and the offset of every field.
-pub const FILLED_STRUCTS: &[(&str, usize, &[(&str, usize)])] = &[
+pub const FILLED_STRUCTS: &[StructLayout] = &[
     (
         "ncclConfig_t",
         88,
