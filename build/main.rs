@@ -88,7 +88,7 @@ fn run() -> Result<(), String> {
     include_dirs.extend(found.cuda_include.iter().cloned());
     let macros = header::Macros::of(&manifest_dir.join("wrapper.h"), &include_dirs)?;
     let (nccl, cuda) = (macros.nccl_version()?, macros.cuda_version()?);
-    let initializers = macros.initializers()?;
+    let initializers = macros.initializers(&out_dir)?;
     // The structs the shim fills: one per initializer macro of the headers found.
     let filled: Vec<&str> = initializers.iter().map(|i| i.c_type.as_str()).collect();
 

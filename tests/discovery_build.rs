@@ -404,17 +404,30 @@ fn bundled_bindings_refuse_a_struct_whose_fields_moved_within_the_same_size() {
 /// another form stops the build, naming the macro.
 #[test]
 fn an_initializer_macro_the_shim_cannot_handle_stops_the_build() {
-    let (krate, vars) = crate_with_patched_header("initializer-unhandled", |header| {
-        format!("{header}\n#define NCCL_METRALE_TEST_INITIALIZER(v) {{ v }}\n")
-    });
-    let out = cargo(&krate, &["build", "--lib"], &vars);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "built with an unhandled initializer");
-    for text in [
-        "nccl.h defines the initializer macro NCCL_METRALE_TEST_INITIALIZER(v) as `{ v }`",
-        "which the shim cannot turn into a Default",
+    // Function-like, and object-like with `sizeof(TYPE)` not first: neither says which struct it is for.
+    for (scratch, define, shown) in [
+        (
+            "initializer-unhandled",
+            "#define NCCL_METRALE_TEST_INITIALIZER(v) { v }",
+            "NCCL_METRALE_TEST_INITIALIZER(v) as `{ v }`",
+        ),
+        (
+            "initializer-sizeof-second",
+            "#define NCCL_METRALE_TEST_INITIALIZER { 0, sizeof(ncclConfig_t) }",
+            "NCCL_METRALE_TEST_INITIALIZER as `{ 0, sizeof(ncclConfig_t) }`",
+        ),
     ] {
-        assert!(stderr.contains(text), "expected {text:?} in:\n{stderr}");
+        let (krate, vars) =
+            crate_with_patched_header(scratch, |header| format!("{header}\n{define}\n"));
+        let out = cargo(&krate, &["build", "--lib"], &vars);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "built with {define:?}");
+        for text in [
+            &format!("nccl.h defines the initializer macro {shown}"),
+            "which the shim cannot turn into a Default",
+        ] {
+            assert!(stderr.contains(text), "expected {text:?} in:\n{stderr}");
+        }
     }
 }
 
