@@ -243,7 +243,7 @@ fn docs_rs_mode_documents_every_item_without_any_header() {
         ("bindings/struct.ncclResult_t.html", "ncclInProgress"),
         ("nccl/fn.check_nccl.html", "ncclGetErrorString"),
         ("nccl/fn.stream_ready.html", "CUDA_ERROR_NOT_READY"),
-        ("cuda/api/struct.DriverApi.html", "cuStreamQuery"),
+        ("cuda/struct.DriverApi.html", "cuStreamQuery"),
     ] {
         let html =
             std::fs::read_to_string(doc.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
