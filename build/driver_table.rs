@@ -73,21 +73,18 @@ pub fn symbols() -> impl Iterator<Item = &'static str> {
 /// Base names of the driver functions the table resolves (`cuMemAlloc` for `cuMemAlloc_v2`): what
 /// bindgen is asked to declare cudaTypedefs.h's `PFN_<base>_v<version>` typedefs for.
 pub fn bases() -> Vec<&'static str> {
-    let mut bases: Vec<&str> = symbols().map(|s| base(s).0).collect();
+    let mut bases: Vec<&str> = symbols().map(base).collect();
     bases.sort_unstable();
     bases.dedup();
     bases
 }
 
-/// A symbol's base name and ABI suffix: `("cuMemAlloc", Some(2))` for `cuMemAlloc_v2`, cuda.h's naming of
-/// a function's later ABIs (the symbols are this file's own).
-fn base(symbol: &str) -> (&str, Option<u32>) {
+/// A symbol's base name: `cuMemAlloc` for `cuMemAlloc_v2` (cuda.h's naming of a function's later ABIs;
+/// the symbols are this file's own).
+fn base(symbol: &str) -> &str {
     match symbol.rsplit_once("_v") {
-        Some((base, n)) => match n.parse() {
-            Ok(n) => (base, Some(n)),
-            Err(_) => (symbol, None),
-        },
-        None => (symbol, None),
+        Some((base, n)) if n.parse::<u32>().is_ok() => base,
+        _ => symbol,
     }
 }
 
@@ -253,7 +250,7 @@ impl Abis {
     /// typedef of its signature older than the current ABI, if there is exactly one. `None` where
     /// cudaTypedefs.h does not say (no typedef matches, or several could).
     fn introduced(&self, symbol: &str, signature: &Signature, declared: bool) -> Option<u32> {
-        let name = base(symbol).0;
+        let name = base(symbol);
         let of_name = || self.0.iter().filter(|(b, _, _)| b == name);
         let matching = || {
             of_name()
