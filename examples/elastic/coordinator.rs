@@ -270,8 +270,10 @@ impl Coordinator {
         // A report on any generation up to the lost one: a member on the parent of a grow has none
         // other to give.
         let reported = |m: &Member| m.held.is_some_and(|(g, _)| g <= lost);
+        // One that said `DONE` (it finished the last round before the loss reached it) will not
+        // report: it is dead to the new generation at once.
         let (mut r, _) = wait_until(&self.roster, deadline, |r| {
-            r.members.iter().all(|m| !m.alive || reported(m))
+            r.members.iter().all(|m| !m.alive || m.done || reported(m))
         });
         let why =
             format!("no report on generation {lost} within {report_bound:?}: treated as dead");

@@ -356,6 +356,7 @@ fn args(script: &Script, first: Option<First>, master: &str) -> Args {
         deadline: script.deadline,
         iters: script.iters,
         min_size: script.min_size,
+        step_time: Duration::ZERO,
         grow_id_delay: Duration::ZERO,
     }
 }

@@ -9,8 +9,9 @@
 //! address, read the same way (rank 0 given port 0 picks one and prints it: `ELASTIC phase=listening
 //! port=P`). `--deadline SECS` (default 5) bounds every collective and every recovery
 //! step (the crate's watchdog, in its revoke mode); `--iters N` (default 100000) is the number of
-//! rounds the job trains, across recoveries; `--min-size M` (default 1) the fewest ranks it trains
-//! with: below it every rank ends with an error.
+//! rounds the job trains, across recoveries (a replacement is given the job's); `--min-size M`
+//! (default 1) the fewest ranks it trains with: below it every rank ends with an error; `--step-ms MS`
+//! (default 0) what each round computes before its all-reduce.
 //!
 //! How the survivors recover (see `membership.rs` for the rendezvous, `coordinator.rs` for the
 //! agreement, `bounded.rs` for the grow's calls NCCL makes blocking): every process keeps its
@@ -87,6 +88,9 @@ pub struct Args {
     pub iters: usize,
     /// The fewest ranks the job trains with (`--min-size`, default 1; rank 0's counts).
     pub min_size: usize,
+    /// What each round computes before its all-reduce (`--step-ms`, default 0): a stand-in for the
+    /// forward and backward pass, which gives a run of `--iters` rounds a length a test can plan on.
+    pub step_time: Duration,
     /// For tests only (`METRALE_ELASTIC_GROW_ID_DELAY_MS`): how long rank 0 waits between its last look
     /// at the rendezvous and `ncclCommGetUniqueId`, so that a rank killed on its `phase=growid` line
     /// dies after that look, as in the race `bounded.rs` guards against.
@@ -99,8 +103,9 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(e) => {
             eprintln!(
-                "elastic: {e}\nusage: elastic [--deadline SECS] [--iters N] [--min-size M] {}\n       \
-                 elastic --join [--deadline SECS] [--iters N] [--local-rank G --master HOST:PORT]",
+                "elastic: {e}\nusage: elastic [--deadline SECS] [--iters N] [--min-size M] [--step-ms MS] {}\n       \
+                 elastic --join [--deadline SECS] [--iters N] [--step-ms MS] [--local-rank G --master \
+                 HOST:PORT]",
                 launcher::USAGE
             );
             return ExitCode::from(2);
@@ -138,11 +143,11 @@ pub struct First {
 #[cfg(nccl_2_29)]
 const GROW_ID_DELAY: &str = "METRALE_ELASTIC_GROW_ID_DELAY_MS";
 
-/// `--join`, `--deadline SECS`, `--iters N` and `--min-size M` are the example's own; the rest is read as
+/// `--join`, `--deadline SECS`, `--iters N`, `--min-size M` and `--step-ms MS` are the example's own; the rest is read as
 /// `multi_process` reads it (flags, or the variables of torchrun, srun, mpirun or a PMI launcher).
 #[cfg(nccl_2_29)]
 fn parse_args() -> Result<Args, String> {
-    let (mut join, mut deadline, mut iters, mut min_size) = (false, 5, 100_000, 1);
+    let (mut join, mut deadline, mut iters, mut min_size, mut step_ms) = (false, 5, 100_000, 1, 0);
     let mut rest = Vec::new();
     let mut argv = std::env::args().skip(1);
     while let Some(arg) = argv.next() {
@@ -156,6 +161,7 @@ fn parse_args() -> Result<Args, String> {
             "--deadline" => deadline = number("--deadline")?,
             "--iters" => iters = number("--iters")?,
             "--min-size" => min_size = number("--min-size")?,
+            "--step-ms" => step_ms = number("--step-ms")?,
             _ => rest.push(arg),
         }
     }
@@ -192,6 +198,7 @@ fn parse_args() -> Result<Args, String> {
         deadline: Duration::from_secs(deadline as u64),
         iters,
         min_size,
+        step_time: Duration::from_millis(step_ms as u64),
         grow_id_delay,
     })
 }

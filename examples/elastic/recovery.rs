@@ -48,9 +48,11 @@ enum Step<C> {
         parent: Option<C>,
         lost: Lost,
     },
-    /// A communicator to train on from round `step`; after `checks` rounds it prints `line`.
+    /// A communicator (made by `how`: init, shrink, grow) to train on from round `step`; after
+    /// `checks` rounds it prints `line`.
     Made {
         now: Current<C>,
+        how: &'static str,
         step: usize,
         checks: usize,
         line: String,
@@ -118,6 +120,7 @@ pub fn run_member<F: Fabric>(args: &Args, first: First, fabric: &mut F) -> Resul
         format!("ELASTIC phase=steady rank={rank} size={world_size} iterations={STEADY_MARK}");
     let step = Step::Made {
         now: Current { comm, at },
+        how: "init",
         step: 0,
         checks: STEADY_MARK,
         line,
@@ -187,10 +190,18 @@ fn live<F: Fabric>(
             }
             Step::Made {
                 now,
+                how,
                 step,
                 checks,
                 line,
-            } => train(args, fabric, who, &bounds, now, step, (checks, line))?,
+            } => {
+                // Before its checks: a supervisor may kill a rank during them.
+                fabric.say(format!(
+                    "ELASTIC phase=made rank={} size={} gen={} how={how} step={step}",
+                    now.at.rank, now.at.size, now.at.gen
+                ))?;
+                train(args, fabric, who, &bounds, now, step, (checks, line))?
+            }
             Step::Finished => return Ok(()),
         }
     }
@@ -256,6 +267,7 @@ fn recover<F: Fabric>(
     Ok(match made {
         Ok(comm) => Step::Made {
             now: Current { comm, at },
+            how,
             step: plan.step,
             checks: CHECKS,
             line: format!(
@@ -314,6 +326,8 @@ fn train<F: Fabric>(
                 }
             }
         }
+        // The step's computation, before its gradients are all-reduced.
+        std::thread::sleep(args.step_time);
         match fabric.all_reduce(now.comm, at, round, who, args.deadline)? {
             Outcome::Done => {}
             Outcome::Lost(lost) => return Ok(Step::lost(&now, round, lost)),
@@ -368,6 +382,7 @@ fn grown<F: Fabric>(
     match made {
         Ok(comm) => Step::Made {
             now: Current { comm, at },
+            how: "grow",
             step,
             checks: AFTER_GROW,
             line: format!(
