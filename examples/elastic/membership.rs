@@ -415,6 +415,9 @@ mod tests {
         assert_eq!(theirs[0].as_ref().map(|p| (p.rank, &p.how)), Ok((1, &init)));
     }
 
+    /// A replacement's place: generation, rank, size, and the round its grow follows.
+    type Seat = (u64, usize, usize, usize);
+
     /// Rank 0 offers the grow of generation `gen` before round `after` once `joining` replacements
     /// joined at once (besides `queued` already waiting): its order, the members' reading of it after
     /// that round, and the new replacements with their places (gen, rank, size, after), sorted.
@@ -424,7 +427,7 @@ mod tests {
         members: &[Client],
         (joining, queued): (usize, usize),
         master: &str,
-    ) -> (Order, Vec<Client>, Vec<(u64, usize, usize, usize)>) {
+    ) -> (Order, Vec<Client>, Vec<Seat>) {
         let joiners: Vec<_> = (0..joining)
             .map(|_| {
                 let master = master.to_string();

@@ -138,83 +138,23 @@ enum Scenario {
     Coordinator,
 }
 
-const ALL: [Scenario; 21] = [
-    Scenario::Deaths {
-        ranks: 2,
-        deaths: 1,
-    },
-    Scenario::Deaths {
-        ranks: 3,
-        deaths: 1,
-    },
-    Scenario::Deaths {
-        ranks: 4,
-        deaths: 1,
-    },
-    Scenario::Deaths {
-        ranks: 4,
-        deaths: 2,
-    },
-    Scenario::Deaths {
-        ranks: 8,
-        deaths: 1,
-    },
-    Scenario::Deaths {
-        ranks: 8,
-        deaths: 3,
-    },
-    Scenario::Second {
-        ranks: 4,
-        phase: Phase::Make,
-    },
-    Scenario::Second {
-        ranks: 4,
-        phase: Phase::Grow,
-    },
-    Scenario::Second {
-        ranks: 4,
-        phase: Phase::GrowId,
-    },
-    Scenario::Second {
-        ranks: 8,
-        phase: Phase::ALL[0],
-    },
-    Scenario::Second {
-        ranks: 8,
-        phase: Phase::ALL[1],
-    },
-    Scenario::Second {
-        ranks: 8,
-        phase: Phase::ALL[2],
-    },
-    Scenario::Second {
-        ranks: 8,
-        phase: Phase::ALL[3],
-    },
-    Scenario::Second {
-        ranks: 8,
-        phase: Phase::ALL[4],
-    },
-    Scenario::Second {
-        ranks: 8,
-        phase: Phase::ALL[5],
-    },
-    Scenario::Second {
-        ranks: 8,
-        phase: Phase::ALL[6],
-    },
-    Scenario::Random {
-        ranks: 16,
-        deaths: 2,
-    },
-    Scenario::Random {
-        ranks: 16,
-        deaths: 4,
-    },
-    Scenario::Late,
-    Scenario::Never,
-    Scenario::Coordinator,
-];
+/// Every scenario, in the order of the tests.
+fn all() -> Vec<Scenario> {
+    let deaths = [(2, 1), (3, 1), (4, 1), (4, 2), (8, 1), (8, 3)]
+        .map(|(ranks, deaths)| Scenario::Deaths { ranks, deaths });
+    let four =
+        [Phase::Make, Phase::Grow, Phase::GrowId].map(|phase| Scenario::Second { ranks: 4, phase });
+    let eight = Phase::ALL.map(|phase| Scenario::Second { ranks: 8, phase });
+    let random = [2, 4].map(|deaths| Scenario::Random { ranks: 16, deaths });
+    let rest = [Scenario::Late, Scenario::Never, Scenario::Coordinator];
+    deaths
+        .into_iter()
+        .chain(four)
+        .chain(eight)
+        .chain(random)
+        .chain(rest)
+        .collect()
+}
 
 impl Scenario {
     fn name(self) -> String {
@@ -291,9 +231,13 @@ fn runs_of(scenario: Scenario) -> usize {
         .collect();
     for name in &wanted {
         assert!(
-            ALL.iter().any(|s| s.name() == *name),
+            all().iter().any(|s| s.name() == *name),
             "{SCENARIOS_VAR} names {name:?}; the scenarios are {}",
-            ALL.map(Scenario::name).join(", ")
+            all()
+                .into_iter()
+                .map(Scenario::name)
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     if !wanted.is_empty() && !wanted.contains(&scenario.name().as_str()) {
