@@ -9,7 +9,7 @@
 //! address, read the same way (rank 0 given port 0 picks one and prints it: `ELASTIC phase=listening
 //! port=P`). `--deadline SECS` (default 5) bounds every collective and every recovery
 //! step (the crate's watchdog, in its revoke mode); `--iters N` (default 100000) is the number of
-//! rounds the job trains, across recoveries (a replacement is given the job's); `--min-size M`
+//! rounds the job trains, across recoveries (start a replacement with the job's); `--min-size M`
 //! (default 1) the fewest ranks it trains with: below it every rank ends with an error; `--step-ms MS`
 //! (default 0) what each round computes before its all-reduce.
 //!

@@ -685,6 +685,32 @@ mod tests {
         }
     }
 
+    /// A rank that finished the last round before a loss reached it will not report: the agreement
+    /// does not wait for it, and it is dead to the next generation.
+    #[test]
+    fn a_rank_that_finished_is_not_waited_for() {
+        let (c, mut members, _) = world(4);
+        members[0].finish().expect("DONE");
+        drop(members.remove(2)); // rank 3 dies
+        wait_for("rank 0 hears of it", || c.lost(0));
+        let b = bounds(1000); // report bound: 3 s
+        let start = Instant::now();
+        let (own, theirs) = recover_all(
+            &c,
+            (0, Held::Revoked),
+            &members[1..],
+            &[Held::Revoked],
+            b,
+            &mut no_id,
+        );
+        assert!(start.elapsed() < b.report, "{:?}", start.elapsed());
+        let shrink = How::Shrink {
+            exclude: vec![1, 3],
+        };
+        assert_eq!(own.map(|p| (p.size, p.how)), Ok((2, shrink)));
+        assert_eq!(theirs[0].as_ref().map(|p| p.rank), Ok(1));
+    }
+
     #[test]
     fn members_that_finished_are_no_deaths() {
         let (c, members, _) = world(3);
