@@ -322,14 +322,14 @@ pub struct Script {
 }
 
 impl Script {
-    /// `world` ranks, 1200 rounds at a 1 s deadline, down to one rank, with `kills` and as many
+    /// `world` ranks, 1200 rounds at a 2 s deadline, down to one rank, with `kills` and as many
     /// replacements as asked for, at once.
     pub fn new(world: usize, kills: Vec<Kill>) -> Script {
         Script {
             world,
             min_size: 1,
             iters: 1200,
-            deadline: Duration::from_secs(1),
+            deadline: Duration::from_secs(2),
             kills,
             replacements: usize::MAX,
             late: Duration::ZERO,
