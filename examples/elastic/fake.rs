@@ -57,10 +57,12 @@ impl Kill {
     }
 }
 
-/// A fake communicator: the places that arrived at its making, and who contributed to each round.
+/// A fake communicator: the places that arrived at its making (and the parent they made it from), and
+/// who contributed to each round.
 #[derive(Default)]
 struct Group {
     size: usize,
+    parent: Option<String>,
     arrived: HashSet<usize>,
     rounds: HashMap<usize, HashSet<usize>>,
 }
@@ -69,13 +71,11 @@ struct Group {
 struct World {
     /// Communicators by name (made from an id, or from a parent and a generation).
     groups: HashMap<String, Group>,
-    /// Which parent a grow id was made on: a replacement's grow names the group by it.
-    grow_ids: HashMap<String, u64>,
     /// Every `ELASTIC` line, with its process's name, in order.
     log: Vec<(String, String)>,
     ids: u64,
     kills: Vec<Kill>,
-    /// A place given twice in one round or making: the protocol broke.
+    /// A place given twice in one round or making, sizes or parents that differ: the protocol broke.
     broken: Vec<String>,
 }
 
@@ -83,7 +83,7 @@ struct World {
 struct FakeRank {
     name: String,
     world: Shared<World>,
-    /// Calls made, and the count when this rank's kill was first seen due.
+    /// Calls made, and (below) their count when this rank's kill was first seen due.
     calls: usize,
     doomed_at: Option<usize>,
 }
@@ -113,8 +113,8 @@ impl FakeRank {
         self.alive()
     }
 
-    /// Waits until `done` holds of the world (then true), the news says `gen` is lost or `limit`
-    /// passes (false); an error once this rank is to die.
+    /// Waits until `done` holds of the world (`Ok(Ok(()))`), the news says `gen` is lost or `limit`
+    /// passes (`Ok(Err(why))`); an error once this rank is to die.
     fn wait(
         &mut self,
         who: &Membership,
@@ -138,10 +138,10 @@ impl FakeRank {
         }
     }
 
-    /// Arrives at group `name` of `size` as `rank` and waits for the others.
+    /// Arrives at group `name` (made from `parent`, if any) at `at` and waits for the others.
     fn make(
         &mut self,
-        name: String,
+        (name, parent): (String, Option<String>),
         at: Place,
         limit: Duration,
         who: &Membership,
@@ -150,11 +150,13 @@ impl FakeRank {
         {
             let mut w = lock(&self.world);
             let group = w.groups.entry(name.clone()).or_default();
-            let agreed = group.arrived.is_empty() || group.size == at.size;
+            let first = group.arrived.is_empty();
+            let agreed = first || (group.size == at.size && group.parent == parent);
             group.size = at.size;
+            group.parent = parent;
             if !group.arrived.insert(at.rank) || !agreed || at.rank >= at.size {
                 let broken = format!(
-                    "{}: place {} of {} in {name}: taken or wrong",
+                    "{}: place {} of {} in {name}: taken, or another size or parent",
                     self.name, at.rank, at.size
                 );
                 w.broken.push(broken);
@@ -234,7 +236,8 @@ impl Fabric for FakeRank {
         limit: Duration,
         who: &Membership,
     ) -> Result<FakeComm, String> {
-        self.make(format!("init.{id}"), at, limit, who).map(leak)
+        self.make((format!("init.{id}"), None), at, limit, who)
+            .map(leak)
     }
 
     fn shrink(
@@ -245,8 +248,8 @@ impl Fabric for FakeRank {
         limit: Duration,
         who: &Membership,
     ) -> Result<FakeComm, String> {
-        let name = format!("shrink.{parent}.{}", at.gen);
-        self.make(name, at, limit, who).map(leak)
+        let made = (format!("shrink.{}", at.gen), Some(parent.to_string()));
+        self.make(made, at, limit, who).map(leak)
     }
 
     fn grow_id(
@@ -257,9 +260,8 @@ impl Fabric for FakeRank {
         _limit: Duration,
     ) -> Result<String, String> {
         self.call()?;
-        let id = format!("grow.{comm}@{gen}");
-        lock(&self.world).grow_ids.insert(id.clone(), gen);
-        Ok(id)
+        // It names the parent: a replacement's grow finds the group by it.
+        Ok(format!("grow.{comm}@{gen}"))
     }
 
     fn grow(
@@ -280,7 +282,7 @@ impl Fabric for FakeRank {
                 .ok_or(format!("not a grow id: {id}"))?,
             (None, None) => return Err("a grow with neither parent nor id".into()),
         };
-        self.make(format!("grow.{parent}.{}", at.gen), at, limit, who)
+        self.make((format!("grow.{}", at.gen), Some(parent)), at, limit, who)
             .map(leak)
     }
 
