@@ -493,10 +493,12 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
         .min()
         .unwrap_or(0);
     // Rank 0's lines steer the rest: replacements when it trains below full size, the later kills.
+    // Between them it may train silently to the last round: 50 ms a round bounds that, with room.
+    let silence = STEP_LIMIT.max(Duration::from_millis(50) * r.iters as u32);
     loop {
         let (_, line) = r.procs[0]
-            .wait_line("ELASTIC ", STEP_LIMIT)
-            .ok_or(format!("rank 0 said nothing more within {STEP_LIMIT:?}"))?;
+            .wait_line("ELASTIC ", silence)
+            .ok_or(format!("rank 0 said nothing more within {silence:?}"))?;
         if let Some(at) = later.iter().position(|p| p.starts(&line)) {
             let victim = match later.remove(at) {
                 // The parent's last rank (the one ncclCommGetUniqueId sends to besides rank 0): the
