@@ -74,7 +74,6 @@ struct World {
     /// Every `ELASTIC` line, with its process's name, in order.
     log: Vec<(String, String)>,
     ids: u64,
-    kills: Vec<Kill>,
     /// A place given twice in one round or making, sizes or parents that differ: the protocol broke.
     broken: Vec<String>,
 }
@@ -83,7 +82,11 @@ struct World {
 struct FakeRank {
     name: String,
     world: Shared<World>,
-    /// Calls made, and (below) their count when this rank's kill was first seen due.
+    /// This rank's kill: the line that triggers it (`phase=…`, and who prints it) and the calls after.
+    kill: Option<(String, String, usize)>,
+    /// Lines of the log already looked at for the trigger.
+    seen: usize,
+    /// Calls made, and (below) their count when the trigger was seen.
     calls: usize,
     doomed_at: Option<usize>,
 }
@@ -91,19 +94,22 @@ struct FakeRank {
 impl FakeRank {
     /// An error once this rank is to die now.
     fn alive(&mut self) -> Result<(), String> {
-        let w = lock(&self.world);
-        let due = w.kills.iter().find(|k| {
-            k.victim == self.name
-                && w.log.iter().any(|(who, line)| {
-                    line.contains(&format!("phase={}", k.phase))
-                        && who.as_str() == k.by.unwrap_or(&self.name)
-                })
-        });
-        let Some(kill) = due else { return Ok(()) };
-        let since = *self.doomed_at.get_or_insert(self.calls);
-        match self.calls - since >= kill.calls {
-            true => Err(KILLED.into()),
-            false => Ok(()),
+        let Some((needle, by, calls)) = &self.kill else {
+            return Ok(());
+        };
+        if self.doomed_at.is_none() {
+            let w = lock(&self.world);
+            let due = w.log[self.seen..]
+                .iter()
+                .any(|(who, line)| who == by && line.contains(needle.as_str()));
+            self.seen = w.log.len();
+            if due {
+                self.doomed_at = Some(self.calls);
+            }
+        }
+        match self.doomed_at {
+            Some(since) if self.calls - since >= *calls => Err(KILLED.into()),
+            _ => Ok(()),
         }
     }
 
@@ -365,18 +371,21 @@ fn args(script: &Script, first: Option<First>, master: &str) -> Args {
 
 /// Runs `script` to its end: every process's thread ends (or the test fails at [`WORLD_LIMIT`]).
 pub fn run(script: Script) -> Ending {
-    let world = shared(World {
-        kills: script.kills.clone(),
-        ..World::default()
-    });
+    let world = shared(World::default());
     let script = Arc::new(script);
     let spawn = |name: String, master: String, first: Option<First>, delay: Duration| {
         let (world, script) = (Arc::clone(&world), Arc::clone(&script));
         std::thread::spawn(move || {
             std::thread::sleep(delay);
+            let kill = script.kills.iter().find(|k| k.victim == name).map(|k| {
+                let by = k.by.map_or(name.clone(), str::to_string);
+                (format!("phase={}", k.phase), by, k.calls)
+            });
             let mut rank = FakeRank {
                 name,
                 world,
+                kill,
+                seen: 0,
                 calls: 0,
                 doomed_at: None,
             };
