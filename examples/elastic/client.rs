@@ -3,12 +3,12 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Shutdown, TcpStream};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use metrale_gpu_testkit::launcher;
 
-use crate::membership::{lock, shared, wait_until, Order, Shared};
+use crate::membership::{lock, shared, wait_until, Shared};
 use crate::protocol::{Held, Message, Plan};
 
 /// Where a process stands that has no coordinator, and what a production system does instead.
@@ -23,21 +23,32 @@ struct Inbox {
     lost: Option<(u64, String)>,
     /// The newest plan.
     plan: Option<Plan>,
-    /// The newest grow: its generation and size.
-    grow: Option<(u64, usize)>,
-    /// Why there is no coordinator any more (its connection ended, or it left this rank out).
+    /// The newest grow: its generation, size, and the round it follows.
+    grow: Option<(u64, usize, usize)>,
+    /// Why there is no coordinator any more (its connection ended, it left this rank out, or it ended
+    /// the job).
     gone: Option<String>,
+}
+
+/// The connection's writing end: the rank's thread and the connection's (`READY`) both write lines.
+type Writer = Arc<Mutex<TcpStream>>;
+
+fn send(conn: &Writer, message: &Message) -> Result<(), String> {
+    let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+    conn.write_all(format!("{message}\n").as_bytes())
+        .map_err(|e| format!("telling rank 0 {message}: {e} ({COORDINATOR_GONE})"))
 }
 
 /// Dropping it ends the connection, as the process's death does.
 pub struct Client {
-    conn: TcpStream,
+    conn: Writer,
     inbox: Shared<Inbox>,
 }
 
 impl Drop for Client {
     fn drop(&mut self) {
-        let _ = self.conn.shutdown(Shutdown::Both);
+        let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = conn.shutdown(Shutdown::Both);
     }
 }
 
@@ -45,9 +56,10 @@ impl Drop for Client {
 pub struct Joined {
     pub gen: u64,
     pub rank: usize,
-    /// The grown communicator's size: the first world's (a grow restores it), which a replacement
-    /// grows back to after a later loss.
+    /// The grown communicator's size.
     pub size: usize,
+    /// The round the grow follows: the replacement trains from the next one.
+    pub after: usize,
     /// The grow's unique id (hex).
     pub id: String,
 }
@@ -97,6 +109,7 @@ impl Client {
                     gen,
                     rank,
                     size,
+                    after,
                     id,
                 },
             ) => {
@@ -104,10 +117,12 @@ impl Client {
                     gen,
                     rank,
                     size,
+                    after,
                     id,
                 };
                 Ok((Client::listen(reader)?, joined))
             }
+            (_, Message::End { why }) => Err(format!("rank 0 ended the job: {why}")),
             (_, other) => Err(format!("rank 0 answered {other}, not a grow id")),
         }
     }
@@ -116,6 +131,8 @@ impl Client {
     fn listen(reader: BufReader<TcpStream>) -> Result<Client, String> {
         let conn = reader.get_ref().try_clone().map_err(|e| e.to_string())?;
         conn.set_read_timeout(None).map_err(|e| e.to_string())?;
+        let conn = Arc::new(Mutex::new(conn));
+        let answer = Arc::clone(&conn);
         let inbox = shared(Inbox::default());
         let filed = Arc::clone(&inbox);
         std::thread::spawn(move || {
@@ -128,9 +145,18 @@ impl Client {
                         }
                     }
                     Ok(Message::Plan(plan)) => i.plan = Some(plan),
-                    Ok(Message::Grow { gen, size }) => i.grow = Some((gen, size)),
+                    // Filed before the answer: rank 0 starts the round the grow follows only once
+                    // every member answered, so the rank reads the order when it finishes it.
+                    Ok(Message::Grow { gen, size, after }) => {
+                        i.grow = Some((gen, size, after));
+                        // A failure is the connection's end, which this thread reads next.
+                        let _ = send(&answer, &Message::Ready { gen });
+                    }
                     Ok(Message::Excluded { why }) => {
                         i.gone = Some(format!("rank 0 left this rank out: {why}"))
+                    }
+                    Ok(Message::End { why }) => {
+                        i.gone = Some(format!("rank 0 ended the job: {why}"))
                     }
                     Ok(other) => eprintln!("unexpected message from rank 0: {other}"),
                     Err(e) => eprintln!("from rank 0: {e}"),
@@ -147,9 +173,7 @@ impl Client {
     }
 
     fn send(&self, message: &Message) -> Result<(), String> {
-        (&self.conn)
-            .write_all(format!("{message}\n").as_bytes())
-            .map_err(|e| format!("telling rank 0 {message}: {e} ({COORDINATOR_GONE})"))
+        send(&self.conn, message)
     }
 
     /// Why generation `gen` must be given up on: the coordinator declared it lost, or is gone.
@@ -185,20 +209,12 @@ impl Client {
         })
     }
 
-    /// On generation `gen` below full size: waits (up to `timeout`) for the grow, or the news that
-    /// `gen` is lost.
-    pub fn await_grow(&self, gen: u64, timeout: Duration) -> Result<Order, String> {
-        let lost = |i: &Inbox| i.lost.as_ref().is_some_and(|(g, _)| *g >= gen);
-        let grown = |i: &Inbox| i.grow.is_some_and(|(g, _)| g > gen);
-        let (i, _) = wait_until(&self.inbox, Instant::now() + timeout, |i| {
-            i.gone.is_some() || lost(i) || grown(i)
-        });
-        match (i.grow, &i.gone) {
-            (Some((g, size)), _) if g > gen => Ok(Order::Grow { gen: g, size }),
-            _ if lost(&i) => Ok(Order::Recover { gen }),
-            (_, Some(gone)) => Err(gone.clone()),
-            _ => Err(format!("rank 0 sent no grow within {timeout:?}")),
-        }
+    /// The grow rank 0 announced for after round `step` on generation `gen`: its generation and size.
+    pub fn grow_after(&self, gen: u64, step: usize) -> Option<(u64, usize)> {
+        let i = lock(&self.inbox);
+        i.grow
+            .filter(|&(g, _, after)| g == gen + 1 && after == step)
+            .map(|(g, size, _)| (g, size))
     }
 
     /// Says `DONE`: the end of this connection is no death.
