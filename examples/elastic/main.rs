@@ -179,6 +179,8 @@ fn parse_args() -> Result<Args, String> {
         (None, local_rank, master)
     } else {
         let me = launcher::placement(&rest, &env)?;
+        // Where this rank stands and which launcher said so, as multi_process prints it.
+        println!("elastic rank {}/{}: {me}", me.rank, me.world_size);
         let first = First {
             rank: me.rank as usize,
             world_size: me.world_size as usize,
