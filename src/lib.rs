@@ -215,3 +215,9 @@ pub mod nccl {
 }
 
 pub use nccl::*;
+
+/// The README's Rust blocks, compiled (and run, where not `no_run`) as doctests, so that the page a user
+/// copies from builds against the crate as it is.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
