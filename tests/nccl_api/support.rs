@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use metrale_gpu_sys::nccl::*;
-use metrale_gpu_sys::watchdog::{WaitError, Watchdog};
+use metrale_gpu_watchdog::{WaitError, Watchdog};
 pub use metrale_gpu_testkit::devbuf::DevBuf;
 pub use metrale_gpu_testkit::ranks::{self, Me};
 pub use metrale_gpu_testkit::world::World;
