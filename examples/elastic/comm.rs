@@ -1,4 +1,4 @@
-//! The NCCL side of the example: non-blocking communicators, every wait bounded by the crate's watchdog
+//! The NCCL side of the example: non-blocking communicators, every wait bounded by metrale-gpu-watchdog
 //! and cancelled by the rendezvous's news; the checked all-reduce (its wait revokes on failure), the
 //! init, the shrink and the grow (their waits abort on failure).
 

@@ -1,5 +1,5 @@
 //! What the tests of this binary share beyond the testkit (re-exported here): a rank's communicator,
-//! all-reduce data checked on the host, and waits bounded by the crate's watchdog.
+//! all-reduce data checked on the host, and waits bounded by metrale-gpu-watchdog.
 
 use std::time::{Duration, Instant};
 
