@@ -274,7 +274,12 @@ pub fn shrink(
             let mut child = unsafe { Communicator::from_raw(shrunk) };
             let ready = parent_done.and_then(|()| {
                 let on_child = &mut Watch::new(CommWork::new(&mut child), who, gen);
-                settle(NcclResult::ncclInProgress, on_child, "the shrunk communicator", limit)
+                settle(
+                    NcclResult::ncclInProgress,
+                    on_child,
+                    "the shrunk communicator",
+                    limit,
+                )
             });
             match ready {
                 Ok(()) => Ok(child),

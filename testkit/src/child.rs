@@ -123,8 +123,8 @@ pub fn passed(test: &str, mut cmd: Command) -> String {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot start {test} in a child: {e}"));
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success() && text.contains("1 passed"),
         "{test} failed in its child:\n{text}"

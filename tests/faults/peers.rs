@@ -5,10 +5,10 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use metrale_gpu_sys::nccl::*;
-use metrale_gpu_watchdog::{self as watchdog, WaitError};
 use metrale_gpu_testkit::child::Finished;
 use metrale_gpu_testkit::placement::Plan;
 use metrale_gpu_testkit::ranks::Job;
+use metrale_gpu_watchdog::{self as watchdog, WaitError};
 
 use crate::common::*;
 use crate::process::{comm_threads, cpu_seconds, threads};

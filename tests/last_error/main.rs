@@ -106,5 +106,14 @@ fn init_without_a_gpu_is_an_error_carrying_ncclgetlasterror() {
     );
     // The safe check carries the code and its text only.
     let safe = check_nccl(result, "ncclCommInitRank").expect_err("no GPU here");
-    assert!(matches!(safe, GpuError::Nccl { last_error: None, .. }), "{safe:?}");
+    assert!(
+        matches!(
+            safe,
+            GpuError::Nccl {
+                last_error: None,
+                ..
+            }
+        ),
+        "{safe:?}"
+    );
 }

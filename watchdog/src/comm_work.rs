@@ -133,11 +133,13 @@ impl Watched for CommWork<'_> {
         // to shrink, split or destroy the communicator.
         match self.state() {
             Ok(ncclResult_t::ncclInProgress) => Poll::Running,
-            Ok(state) => match check_nccl(state, "the revoked communicator (ncclCommGetAsyncError)") {
-                // The collective's kernel leaves the caller's stream once it sees the abort flag.
-                Ok(()) => self.poll_stream(),
-                Err(e) => Poll::Failed(e),
-            },
+            Ok(state) => {
+                match check_nccl(state, "the revoked communicator (ncclCommGetAsyncError)") {
+                    // The collective's kernel leaves the caller's stream once it sees the abort flag.
+                    Ok(()) => self.poll_stream(),
+                    Err(e) => Poll::Failed(e),
+                }
+            }
             Err(poll) => poll,
         }
     }

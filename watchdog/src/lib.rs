@@ -233,7 +233,9 @@ impl Watchdog {
             Stop::Timeout => GiveUpError::NotQuiescent {
                 waited: start.elapsed(),
             },
-            Stop::Failed(_, error) | Stop::Refused(_, error) => GiveUpError::FailedAfterRevoke(error),
+            Stop::Failed(_, error) | Stop::Refused(_, error) => {
+                GiveUpError::FailedAfterRevoke(error)
+            }
             // Given up on meanwhile (a Watched of the caller's).
             Stop::Cancelled(..) | Stop::Abandoned(_) => GiveUpError::CannotRevoke,
         })
@@ -256,7 +258,10 @@ impl Watchdog {
         // SAFETY: the caller promises a live handle, used by this thread alone during the wait; the
         // value is dropped (no NCCL call) when the wait returns, leaving the handle to the caller.
         let mut comm = unsafe { Communicator::from_raw(comm) };
-        self.wait(&mut [&mut CommWork::new(&mut comm)], "waiting for the communicator")
+        self.wait(
+            &mut [&mut CommWork::new(&mut comm)],
+            "waiting for the communicator",
+        )
     }
 
     /// Waits for the work queued on each stream (collectives on its communicator), polling every

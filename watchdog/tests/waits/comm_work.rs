@@ -7,12 +7,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use metrale_gpu_sys::nccl::*;
+use metrale_gpu_testkit::standin::{Load, StandIn};
 #[cfg(nccl_2_29)]
 use metrale_gpu_watchdog::GiveUpError;
 use metrale_gpu_watchdog::{
     self as watchdog, CommWork, Communicator, GiveUp, Poll, WaitError, Watchdog, Watched,
 };
-use metrale_gpu_testkit::standin::{Load, StandIn};
 
 #[test]
 fn a_null_communicator_is_refused_not_aborted_and_then_never_touched() {
@@ -110,10 +110,7 @@ fn in_counting_child(case: &str) -> Option<bool> {
     ];
     let standin = StandIn {
         cc: env!("METRALE_TARGET_CC"),
-        source: concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/waits/counting_nccl.c"
-        ),
+        source: concat!(env!("CARGO_MANIFEST_DIR"), "/tests/waits/counting_nccl.c"),
         flags: &flags,
         dir: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("counting-nccl-{case}")),
         name: "libcounting_nccl.so",
