@@ -51,16 +51,19 @@ impl Fake {
     }
 }
 
+/// One poll of a fake, counted in `polls`: `answer` where set, else done once `until` polls were made.
+fn fake_poll(polls: &mut u32, answer: &Option<Poll>, until: Option<u32>) -> Poll {
+    *polls += 1;
+    match (answer, until) {
+        (Some(answer), _) => answer.clone(),
+        (None, Some(n)) if *polls >= n => Poll::Done,
+        (None, _) => Poll::Running,
+    }
+}
+
 impl Watched for Fake {
     fn poll(&mut self) -> Poll {
-        self.polls += 1;
-        if let Some(answer) = &self.answer {
-            return answer.clone();
-        }
-        match self.polls_until_done {
-            Some(n) if self.polls >= n => Poll::Done,
-            _ => Poll::Running,
-        }
+        fake_poll(&mut self.polls, &self.answer, self.polls_until_done)
     }
     fn abort(&mut self) -> Result<(), GpuError> {
         self.aborts += 1;
@@ -73,14 +76,11 @@ impl Watched for Fake {
     }
     #[cfg(nccl_2_29)]
     fn poll_revoked(&mut self) -> Poll {
-        self.revoked_polls += 1;
-        if let Some(answer) = &self.revoked_answer {
-            return answer.clone();
-        }
-        match self.revoked_polls_until_quiet {
-            Some(n) if self.revoked_polls >= n => Poll::Done,
-            _ => Poll::Running,
-        }
+        fake_poll(
+            &mut self.revoked_polls,
+            &self.revoked_answer,
+            self.revoked_polls_until_quiet,
+        )
     }
 }
 
