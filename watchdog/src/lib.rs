@@ -1,8 +1,8 @@
 //! Waits with a deadline over NCCL communicators, on `metrale-gpu-sys`: the way NCCL programs die in
-//! production is a hang (a peer process dies, a host
-//! drops off, and every surviving rank spins inside a collective). These waits poll the streams and
-//! `ncclCommGetAsyncError`, and on an asynchronous error or a passed deadline give up on the
-//! communicators (abort them, or revoke them: [`GiveUp`]), so the caller gets an error instead of a hang.
+//! production is a hang (a peer process dies, a host drops off, and every surviving rank spins inside a
+//! collective). These waits poll the streams and `ncclCommGetAsyncError`, and on an asynchronous error or
+//! a passed deadline give up on the communicators (abort them, or revoke them: [`GiveUp`]), so the caller
+//! gets an error instead of a hang.
 //!
 //! This is what PyTorch's ProcessGroupNCCL watchdog does: a thread polls each work item's CUDA event and
 //! `ncclCommGetAsyncError`; on an error or after `timeout` it calls `ncclCommAbort` and tears the process
