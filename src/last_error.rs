@@ -1,6 +1,6 @@
 //! NCCL's detailed message for its last error (`ncclGetLastError`), read only as an explicit `unsafe`
 //! step: NCCL keeps one message per process, in a buffer it rewrites under a lock of its own (which a
-//! caller cannot take) whenever a call of any thread fails. A read while another thread's call fails is a
+//! caller cannot take) whenever a call of any thread fails or warns. A read while another thread's call fails is a
 //! data race, undefined behaviour whatever the reading side does, so no safe function reads it:
 //! [`check_nccl`](crate::nccl::check_nccl) carries the code, its string and the context only, and
 //! [`check_nccl_with_last_error`] adds the message where the caller promises that nothing writes it.
@@ -18,9 +18,12 @@ const NCCL_LAST_ERROR_BYTES: usize = 1024;
 /// failure's of this thread.
 ///
 /// # Safety
-/// No other thread makes an NCCL call between the failed call and this check's return: NCCL writes the
-/// message whenever a call of any thread fails, and reading it meanwhile is a data race. (A process that
-/// drives NCCL from one thread, or that serialises its NCCL calls under one lock, promises that.)
+/// Nothing writes NCCL's message between the failed call and this check's return. NCCL writes it with
+/// every warning of any thread, and reading it meanwhile is a data race: no other thread of the process
+/// calls NCCL, and no communicator has work of NCCL's own running that may warn (a non-blocking init's or
+/// a revoke's background job, a proxy thread that sees a peer fail). A process that drives NCCL from one
+/// thread with blocking communicators, or serialises its NCCL calls under one lock while its
+/// communicators are healthy, promises that.
 pub unsafe fn check_nccl_with_last_error(
     result: ncclResult_t,
     context: &str,
