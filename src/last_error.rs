@@ -1,6 +1,6 @@
 //! NCCL's detailed message for its last error (`ncclGetLastError`), read only as an explicit `unsafe`
 //! step: NCCL keeps one message per process, in a buffer it rewrites under a lock of its own (which a
-//! caller cannot take) whenever a call of any thread fails or warns. A read while another thread's call fails is a
+//! caller cannot take) whenever a call of any thread fails or warns. A read during such a write is a
 //! data race, undefined behaviour whatever the reading side does, so no safe function reads it:
 //! [`check_nccl`](crate::nccl::check_nccl) carries the code, its string and the context only, and
 //! [`check_nccl_with_last_error`] adds the message where the caller promises that nothing writes it.
