@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use metrale_gpu_sys::nccl::*;
 use metrale_gpu_testkit::child;
+use metrale_gpu_testkit::skip::skip;
 use metrale_gpu_testkit::standin::{Load, StandIn};
 
 /// Set in the child that preloads the stand-in.
@@ -39,13 +40,14 @@ fn only_the_unsafe_check_reads_nccls_last_error() {
         };
         let text = standin.run(test, &[(CHILD, "1".into())]);
         if text.contains("SKIP") {
-            println!("SKIP {test}: the child could not preload the stand-in (a cross-built binary?):\n{text}");
+            skip(format_args!(
+                "the child could not preload the stand-in (a cross-built binary?):\n{text}"
+            ));
         }
         return;
     }
     let Some(calls) = calls() else {
-        println!("SKIP: the counting stand-in is not loaded");
-        return;
+        return skip("the counting stand-in is not loaded");
     };
     for code in [NcclResult::ncclInternalError, NcclResult::ncclRemoteError] {
         let err = check_nccl(code, "ncclAllReduce").expect_err("a failure code");

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use metrale_gpu_sys::nccl::*;
+use metrale_gpu_testkit::skip::skip;
 use metrale_gpu_testkit::standin::{Load, StandIn};
 #[cfg(nccl_2_29)]
 use metrale_gpu_watchdog::GiveUpError;
@@ -120,7 +121,9 @@ fn in_counting_child(case: &str) -> Option<bool> {
     let text = standin.run(&format!("comm_work::{case}"), &[(CHILD, case.to_string())]);
     let ran = !text.contains("SKIP");
     if !ran {
-        println!("SKIP {case}: the child could not preload the stand-in (a cross-built binary?):\n{text}");
+        skip(format_args!(
+            "the child could not preload the stand-in (a cross-built binary?):\n{text}"
+        ));
     }
     Some(ran)
 }
@@ -193,8 +196,7 @@ fn an_aborted_comm_work_never_calls_nccl_again() {
         counter(c"metrale_counting_calls"),
         counter(c"metrale_counting_calls_after_abort"),
     ) else {
-        println!("SKIP: the counting stand-in is not loaded: no fake handle is made");
-        return;
+        return skip("the counting stand-in is not loaded: no fake handle is made");
     };
     // Handles only the stand-in sees: they never leave ncclInProgress and are never dereferenced.
     let fake = std::ptr::NonNull::<u8>::dangling().as_ptr().cast();
