@@ -8,7 +8,7 @@
 //! `MASTER_ADDR`/`MASTER_PORT`. A replacement is started with `--join` and its local rank and rank 0's
 //! address, read the same way (rank 0 given port 0 picks one and prints it: `ELASTIC phase=listening
 //! port=P`). `--deadline SECS` (default 5) bounds every collective and every recovery
-//! step (the crate's watchdog, in its revoke mode); `--iters N` (default 100000) is the number of
+//! step (metrale-gpu-watchdog, in its revoke mode); `--iters N` (default 100000) is the number of
 //! rounds the job trains, across recoveries (start a replacement with the job's); `--min-size M`
 //! (default 1) the fewest ranks it trains with: below it every rank ends with an error; `--step-ms MS`
 //! (default 0) what each round computes before its all-reduce.
@@ -19,7 +19,7 @@
 //! every survivor that the communicator's generation is lost. A survivor's wait on its all-reduce polls
 //! that news, `ncclCommGetAsyncError` and the stream, and gives up after the deadline if none of them moved: whichever comes first, the watchdog revokes the
 //! communicator and waits until it is quiescent, or aborts it where NCCL still reports an error (NCCL
-//! shrinks no communicator in that state: see the crate's `watchdog` docs). Each survivor tells rank 0
+//! shrinks no communicator in that state: see metrale-gpu-watchdog's docs). Each survivor tells rank 0
 //! how it holds the lost communicator; rank 0 waits for every live one (a silent one is treated as dead),
 //! fixes one dead set, and sends one plan: `ncclCommShrink` when every survivor holds it revoked, else a
 //! new communicator from a new unique id. Training goes on at once; replacements (`--join`) grow it at

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use metrale_gpu_sys::cuda::{self, CUdeviceptr};
 use metrale_gpu_sys::nccl::*;
-use metrale_gpu_sys::watchdog;
+use metrale_gpu_watchdog as watchdog;
 
 use metrale_gpu_testkit::launcher::{self, Placement};
 
