@@ -1,15 +1,18 @@
 //! A member's side of the rendezvous (every rank but 0, replacements included): one connection to rank
 //! 0 for the process's life, whose messages a thread files in an inbox; the rank reads the inbox.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use metrale_gpu_testkit::launcher;
 
+use crate::gate::backoff::{self, Backoff};
+use crate::gate::line::Lines;
+use crate::gate::token::JobToken;
 use crate::membership::{lock, shared, wait_until, Shared};
-use crate::protocol::{Held, Message, Plan};
+use crate::protocol::{Held, Message, Plan, LINE_CAP};
 
 /// Where a process stands that has no coordinator, and what a production system does instead.
 pub const COORDINATOR_GONE: &str = "rank 0 (the coordinator) is gone: its connection closed. In this example \
@@ -65,46 +68,70 @@ pub struct Joined {
 }
 
 impl Client {
-    /// Connects to the coordinator (retrying until `timeout`: it may start later), says `hello`, and
-    /// returns the connection's reader with the first reply.
+    /// Connects to the coordinator (retrying until `timeout`: it may start later), says `hello` with
+    /// `token`, and returns the connection, its lines and the first reply. A connection rank 0 closes
+    /// without a word (it refused it: too many waiting, or the hello was wrong) is tried again until
+    /// `timeout` (`../gate/backoff.rs`).
     fn connect(
         master: &str,
         hello: &Message,
+        token: &JobToken,
         timeout: Duration,
-    ) -> Result<(BufReader<TcpStream>, Message), String> {
+    ) -> Result<(TcpStream, Lines, Message), String> {
         let deadline = Instant::now() + timeout;
-        let mut conn = launcher::connect(master, timeout)?;
-        conn.write_all(format!("{hello}\n").as_bytes())
-            .map_err(|e| format!("{master}: {e}"))?;
-        let left = deadline.saturating_duration_since(Instant::now());
-        conn.set_read_timeout(Some(left.max(Duration::from_millis(1))))
-            .map_err(|e| e.to_string())?;
-        let mut reader = BufReader::new(conn);
-        let mut reply = String::new();
-        match reader.read_line(&mut reply) {
-            Ok(n) if n > 0 => Ok((reader, Message::parse(&reply)?)),
-            Ok(_) => Err(format!(
-                "rank 0 at {master} closed the connection (said {hello})"
-            )),
-            Err(e) => Err(format!(
-                "no answer from rank 0 at {master} within {timeout:?}: {e}"
-            )),
+        let mut backoff = Backoff::until(deadline);
+        let mut connect_within = timeout;
+        loop {
+            let mut conn = launcher::connect(master, connect_within)?;
+            conn.write_all(format!("{}\n", token.hello(&hello.to_string())).as_bytes())
+                .map_err(|e| format!("{master}: {e}"))?;
+            let mut lines = Lines::new(conn.try_clone().map_err(|e| e.to_string())?);
+            match lines.next(LINE_CAP, Some(deadline)) {
+                Ok(Some(reply)) => return Ok((conn, lines, Message::parse(&reply)?)),
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(format!(
+                        "no answer from rank 0 at {master} within {timeout:?}: {e}"
+                    ))
+                }
+            }
+            if !backoff.wait() {
+                return Err(format!(
+                    "rank 0 at {master} closed the connection (said {hello}) {}",
+                    backoff::REFUSED
+                ));
+            }
+            connect_within = backoff.left();
         }
     }
 
-    /// A rank of the first world: its connection stays open; returns the first unique id's hex.
+    /// A rank of the first world: its connection stays open; returns the first unique id's hex. Its
+    /// hello carries this job's token (`JobToken::of_this_job`).
     pub fn hello(master: &str, rank: usize, timeout: Duration) -> Result<(Client, String), String> {
-        match Client::connect(master, &Message::Hello { rank }, timeout)? {
-            (reader, Message::Id { id }) => Ok((Client::listen(reader)?, id)),
-            (_, other) => Err(format!("rank 0 answered {other}, not an id")),
+        let token = JobToken::of_this_job(&format!("rank {rank}"))?;
+        Client::hello_as(master, rank, &token, timeout)
+    }
+
+    /// [`Client::hello`] with `token`.
+    pub fn hello_as(
+        master: &str,
+        rank: usize,
+        token: &JobToken,
+        timeout: Duration,
+    ) -> Result<(Client, String), String> {
+        match Client::connect(master, &Message::Hello { rank }, token, timeout)? {
+            (conn, lines, Message::Id { id }) => Ok((Client::listen(conn, lines), id)),
+            (_, _, other) => Err(format!("rank 0 answered {other}, not an id")),
         }
     }
 
     /// A replacement: waits (up to `timeout`) for its place in the next grow.
     pub fn join(master: &str, timeout: Duration) -> Result<(Client, Joined), String> {
-        match Client::connect(master, &Message::Join, timeout)? {
+        let token = JobToken::of_this_job("replacement")?;
+        match Client::connect(master, &Message::Join, &token, timeout)? {
             (
-                reader,
+                conn,
+                lines,
                 Message::GrowId {
                     gen,
                     rank,
@@ -120,23 +147,22 @@ impl Client {
                     after,
                     id,
                 };
-                Ok((Client::listen(reader)?, joined))
+                Ok((Client::listen(conn, lines), joined))
             }
-            (_, Message::End { why }) => Err(format!("rank 0 ended the job: {why}")),
-            (_, other) => Err(format!("rank 0 answered {other}, not a grow id")),
+            (_, _, Message::End { why }) => Err(format!("rank 0 ended the job: {why}")),
+            (_, _, other) => Err(format!("rank 0 answered {other}, not a grow id")),
         }
     }
 
     /// From now on a thread files the coordinator's messages in the inbox.
-    fn listen(reader: BufReader<TcpStream>) -> Result<Client, String> {
-        let conn = reader.get_ref().try_clone().map_err(|e| e.to_string())?;
-        conn.set_read_timeout(None).map_err(|e| e.to_string())?;
+    fn listen(conn: TcpStream, mut lines: Lines) -> Client {
         let conn = Arc::new(Mutex::new(conn));
         let answer = Arc::clone(&conn);
         let inbox = shared(Inbox::default());
         let filed = Arc::clone(&inbox);
         std::thread::spawn(move || {
-            for line in reader.lines().map_while(Result::ok) {
+            // Each line at most LINE_CAP bytes; an error (a longer one) is the connection's end.
+            while let Ok(Some(line)) = lines.next(LINE_CAP, None) {
                 let mut i = lock(&filed);
                 match Message::parse(&line) {
                     Ok(Message::Recover { gen, why }) => {
@@ -169,7 +195,7 @@ impl Client {
                 .get_or_insert(COORDINATOR_GONE.to_string());
             filed.1.notify_all();
         });
-        Ok(Client { conn, inbox })
+        Client { conn, inbox }
     }
 
     fn send(&self, message: &Message) -> Result<(), String> {

@@ -18,13 +18,16 @@
 //! and waits until each has the order (`READY`) before it starts that round: no member can finish the
 //! round without rank 0, so every member holds the order when it does.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::gate::door::{Door, Ticket};
+use crate::gate::line::Lines;
+use crate::gate::token::JobToken;
 use crate::membership::{lock, shared, wait_until, NewId, Order, Shared};
-use crate::protocol::{rank_list, Held, How, Message, Plan};
+use crate::protocol::{rank_list, Held, How, Message, Plan, LINE_CAP};
 
 /// A member of the current generation, in rank order; rank 0 itself has no connection.
 struct Member {
@@ -183,13 +186,28 @@ impl Roster {
 pub struct Coordinator {
     roster: Shared<Roster>,
     port: u16,
+    /// Who may connect (`../gate`), and whom it refused.
+    door: Arc<Door>,
 }
 
 impl Coordinator {
     /// Listens on the port of `master` (every interface, as torchrun does; port 0 picks one) for the
-    /// other `world - 1` ranks of the first world, to be handed `id`, and for replacements; the job
-    /// goes on as long as at least `min` ranks survive.
+    /// other `world - 1` ranks of the first world, to be handed `id`, and for replacements: those whose
+    /// hello carries this job's token (`JobToken::of_this_job`). The job goes on as long as at least
+    /// `min` ranks survive.
     pub fn listen(master: &str, world: usize, min: usize, id: &str) -> Result<Coordinator, String> {
+        let token = JobToken::of_this_job("rank 0")?;
+        Coordinator::listen_for(master, world, min, id, token)
+    }
+
+    /// [`Coordinator::listen`], admitting hellos that carry `token`.
+    pub fn listen_for(
+        master: &str,
+        world: usize,
+        min: usize,
+        id: &str,
+        token: JobToken,
+    ) -> Result<Coordinator, String> {
         let port = master
             .rsplit_once(':')
             .and_then(|(_, p)| p.parse::<u16>().ok())
@@ -209,9 +227,10 @@ impl Coordinator {
             grow: None,
             id: id.to_string(),
         });
-        let accepted = Arc::clone(&roster);
-        std::thread::spawn(move || accept_loop(listener, accepted));
-        Ok(Coordinator { roster, port })
+        let door = Door::new("rank 0", token, crate::gate::pending_cap(world));
+        let (accepted, admits) = (Arc::clone(&roster), Arc::clone(&door));
+        std::thread::spawn(move || accept_loop(listener, accepted, admits));
+        Ok(Coordinator { roster, port, door })
     }
 
     /// The port it listens on.
@@ -224,7 +243,8 @@ impl Coordinator {
         let connected = |r: &Roster| r.members.iter().all(|m| m.key.is_some());
         let ok = wait_until(&self.roster, Instant::now() + timeout, connected).1;
         ok.then_some(()).ok_or(format!(
-            "rank 0 waited {timeout:?} for every rank to connect"
+            "rank 0 waited {timeout:?} for every rank to connect{}",
+            self.door.refusals()
         ))
     }
 
@@ -495,37 +515,56 @@ impl Coordinator {
     }
 }
 
-/// Accepts members for the life of the process; each connection gets a thread that files its messages
-/// and reports its end.
-fn accept_loop(listener: TcpListener, roster: Shared<Roster>) {
+/// Accepts members for the life of the process; each connection gets a thread that reads its hello
+/// (within the door's bounds: a stray is refused there), then files its messages and reports its end.
+fn accept_loop(listener: TcpListener, roster: Shared<Roster>, door: Arc<Door>) {
     for (key, conn) in (1u64..).zip(listener.incoming()) {
         let Ok(conn) = conn else { continue };
-        let roster = Arc::clone(&roster);
+        let Some(ticket) = conn.peer_addr().ok().and_then(|peer| door.enter(peer)) else {
+            continue;
+        };
+        let (roster, door) = (Arc::clone(&roster), Arc::clone(&door));
         std::thread::spawn(move || {
-            if let Err(e) = serve(conn, key, &roster) {
+            if let Err(e) = serve(conn, key, &roster, &door, ticket) {
                 eprintln!("rank 0: rendezvous: {e}");
             }
         });
     }
 }
 
-fn serve(conn: TcpStream, key: u64, roster: &Shared<Roster>) -> Result<(), String> {
+/// One connection: its hello (refused through the door if it is a stray), then an admitted member's
+/// lines, each at most [`LINE_CAP`] bytes (a longer one ends the connection, read as its end), for as
+/// long as it stays open.
+fn serve(
+    conn: TcpStream,
+    key: u64,
+    roster: &Shared<Roster>,
+    door: &Door,
+    ticket: Ticket,
+) -> Result<(), String> {
     let peer = conn.peer_addr().map_err(|e| e.to_string())?;
-    let mut reader = BufReader::new(conn.try_clone().map_err(|e| e.to_string())?);
-    let mut line = String::new();
-    reader
-        .read_line(&mut line)
-        .map_err(|e| format!("{peer}: {e}"))?;
-    admit(conn, key, Message::parse(&line), roster).map_err(|e| format!("{peer}: {e}"))?;
+    let mut lines = Lines::new(conn.try_clone().map_err(|e| e.to_string())?);
+    let hello = door
+        .hello(&mut lines, Instant::now() + crate::gate::HELLO_BOUND)
+        .and_then(|payload| Message::parse(&payload));
+    if let Err(why) = admit(conn, key, hello, roster) {
+        door.refuse(peer, &why);
+        return Ok(());
+    }
+    drop(ticket);
     let mut outcome = Ok(());
-    for line in reader.lines().map_while(Result::ok) {
-        let filed = Message::parse(&line).and_then(|m| {
-            let filed = lock(roster).received(key, m);
-            roster.1.notify_all();
-            filed
-        });
+    loop {
+        let filed = match lines.next(LINE_CAP, None) {
+            Ok(None) => break,
+            Ok(Some(line)) => Message::parse(&line).and_then(|m| {
+                let filed = lock(roster).received(key, m);
+                roster.1.notify_all();
+                filed
+            }),
+            Err(e) => Err(e),
+        };
         if let Err(e) = filed {
-            outcome = Err(e);
+            outcome = Err(format!("{peer}: {e}"));
             break;
         }
     }

@@ -52,11 +52,16 @@ mod fabric;
 #[cfg(all(nccl_2_29, test))]
 mod fake;
 #[cfg(nccl_2_29)]
+#[path = "../gate/mod.rs"]
+mod gate;
+#[cfg(nccl_2_29)]
 mod membership;
 #[cfg(nccl_2_29)]
 mod protocol;
 #[cfg(nccl_2_29)]
 mod recovery;
+#[cfg(all(test, nccl_2_29))]
+mod strays;
 
 use std::process::ExitCode;
 #[cfg(nccl_2_29)]

@@ -2,7 +2,9 @@
 //!
 //! Every communicator the ranks make is a generation, numbered from 0 (the first world); each recovery
 //! and each grow makes the next one. Member to coordinator:
-//! - `HELLO <rank>`: a rank of the first world; `JOIN`: a replacement, waiting for the next grow;
+//! - `HELLO <rank>`: a rank of the first world; `JOIN`: a replacement, waiting for the next grow (on the
+//!   wire both end in the job token's field, ` token=<hex>`, which rank 0's door checks and strips
+//!   before this parser sees the line: `../gate/token.rs`);
 //! - `LOST <gen> revoked|aborted`: this rank gave up on generation `gen` and holds it revoked (it can be
 //!   shrunk) or aborted (it cannot: NCCL reported an error, or the revoke did not end cleanly);
 //! - `READY <gen>`: this rank has the `GROW` to generation `gen` (its connection's thread answers at
@@ -23,6 +25,10 @@
 //!   still waiting): every rank that gets it ends with `why`.
 
 use std::fmt;
+
+/// The longest line either side reads (`../gate/line.rs`): far above the longest message (a recovery's
+/// reason with its ranks listed), far below memory.
+pub const LINE_CAP: usize = 64 * 1024;
 
 /// How a rank holds the communicator it gave up on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,8 +171,9 @@ impl Message {
             true => Ok(m),
             false => Err(bad()),
         };
-        // Free text after the first `n` fields.
-        let tail = |n: usize| rest.splitn(n + 1, ' ').nth(n).unwrap_or("").to_string();
+        // Free text, its line breaks spaces as `Display` writes them (a lone `\r` inside a line is
+        // no break to the reader).
+        let free = |text: &str| text.replace(['\n', '\r'], " ");
         match word {
             "HELLO" => exactly(1, Message::Hello { rank: count(0)? }),
             "JOIN" => exactly(0, Message::Join),
@@ -181,10 +188,14 @@ impl Message {
             "READY" => exactly(1, Message::Ready { gen: num(0)? }),
             "DONE" => exactly(0, Message::Done),
             "ID" => exactly(1, Message::Id { id: token(0)? }),
-            "RECOVER" => Ok(Message::Recover {
-                gen: num(0)?,
-                why: tail(1),
-            }),
+            // The generation, then everything after its one space, exactly as written.
+            "RECOVER" => {
+                let (gen, why) = rest.split_once(' ').unwrap_or((rest, ""));
+                Ok(Message::Recover {
+                    gen: gen.parse().map_err(|_| bad())?,
+                    why: free(why),
+                })
+            }
             "SHRINK" | "INIT" => {
                 let how = match word {
                     "SHRINK" => How::Shrink {
@@ -222,8 +233,8 @@ impl Message {
                     id: token(4)?,
                 },
             ),
-            "EXCLUDED" => Ok(Message::Excluded { why: tail(0) }),
-            "END" => Ok(Message::End { why: tail(0) }),
+            "EXCLUDED" => Ok(Message::Excluded { why: free(rest) }),
+            "END" => Ok(Message::End { why: free(rest) }),
             _ => Err(bad()),
         }
     }
@@ -332,10 +343,95 @@ mod tests {
             "SHRINK 1 0 3 0 1,x",
             "GROW 1 2",
             "READY",
+            "RECOVER  1000",
+            "RECOVER x why",
             "WHAT 1",
         ] {
             let err = Message::parse(line).expect_err(line);
             assert!(err.contains("not a rendezvous message"), "{line}: {err}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    //! Property tests, a bounded number of cases each: every message reads back as written, and any
+    //! line at all is an answer, never a panic, no bigger than the line.
+    use super::*;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    fn message() -> impl Strategy<Value = Message> {
+        let text = "[^\r\n]{0,40}";
+        let id = "[0-9a-f]{1,64}";
+        let held = prop_oneof![Just(Held::Revoked), Just(Held::Aborted)];
+        let plan = |how| {
+            (
+                any::<u64>(),
+                any::<usize>(),
+                any::<usize>(),
+                any::<usize>(),
+                how,
+            )
+        };
+        let how = prop_oneof![
+            vec(any::<usize>(), 1..8).prop_map(|exclude| How::Shrink { exclude }),
+            id.prop_map(|id| How::Init { id }),
+        ];
+        let grow = (any::<u64>(), any::<usize>(), any::<usize>());
+        prop_oneof![
+            any::<usize>().prop_map(|rank| Message::Hello { rank }),
+            Just(Message::Join),
+            (any::<u64>(), held).prop_map(|(gen, held)| Message::Lost { gen, held }),
+            any::<u64>().prop_map(|gen| Message::Ready { gen }),
+            Just(Message::Done),
+            id.prop_map(|id| Message::Id { id }),
+            (any::<u64>(), text).prop_map(|(gen, why)| Message::Recover { gen, why }),
+            plan(how).prop_map(|(gen, rank, size, step, how)| Message::Plan(Plan {
+                gen,
+                rank,
+                size,
+                step,
+                how
+            })),
+            grow.prop_map(|(gen, size, after)| Message::Grow { gen, size, after }),
+            (grow, any::<usize>(), id).prop_map(|((gen, size, after), rank, id)| {
+                Message::GrowId {
+                    gen,
+                    rank,
+                    size,
+                    after,
+                    id,
+                }
+            }),
+            text.prop_map(|why| Message::Excluded { why }),
+            text.prop_map(|why| Message::End { why }),
+        ]
+    }
+
+    /// Lines near the protocol's words (so that the parser's every branch is reached), and anything.
+    fn line() -> impl Strategy<Value = String> {
+        let near = "(HELLO|JOIN|LOST|READY|DONE|ID|RECOVER|SHRINK|INIT|GROW|GROWID|EXCLUDED|END)( [0-9a-z,+-]{0,6}){0,6}[ \t\r\n]{0,2}";
+        prop_oneof![near, any::<String>()]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
+        #[test]
+        fn every_message_reads_back_as_written(m in message()) {
+            prop_assert_eq!(Message::parse(&format!("{m}\n")), Ok(m));
+        }
+
+        /// A parsed line's message is no longer than the line (a bare `EXCLUDED`, `END` or `RECOVER
+        /// <gen>` gains the space before its empty reason) and reads back as itself.
+        #[test]
+        fn any_line_is_a_message_or_an_error(line in line()) {
+            if let Ok(m) = Message::parse(&line) {
+                let written = m.to_string();
+                prop_assert!(written.len() <= line.len() + 1, "{:?} -> {:?}", line, written);
+                prop_assert_eq!(Message::parse(&written), Ok(m));
+            }
         }
     }
 }

@@ -22,6 +22,8 @@
 //! mpirun -np 8 -H 10.0.0.1:4,10.0.0.2:4 -x MASTER_ADDR=10.0.0.1 -x MASTER_PORT=29500 multi_process
 //! ```
 
+#[path = "../gate/mod.rs"]
+mod gate;
 mod rendezvous;
 
 use std::process::ExitCode;

@@ -22,9 +22,14 @@
 //!   and grow the world that kept training;
 //! - `never`: 8 ranks, 2 killed, no replacement: the survivors train on at 6 to the last round;
 //! - `coordinator`: 4 ranks, rank 0 killed in the steady loop: every other rank must end with the
-//!   example's clear error (rank 0 is gone) within twice the deadline.
+//!   example's clear error (rank 0 is gone) within twice the deadline;
+//! - `strays`: 4x1 with a job token (`METRALE_JOB_TOKEN`) and a stream of stray connections to rank 0's
+//!   port from its first line to the end (every 250 ms: garbage, an HTTP request, a connect-and-close,
+//!   silence, an 8 MiB line, hellos and JOINs with the wrong token or none; `examples/gate/strays.rs`),
+//!   through the steady loop, the recovery and the grow: the run ends as 4x1 does, rank 0 says it
+//!   refused them, and no stray is answered a byte.
 //!
-//! One test per scenario (`two_ranks_one_killed` .. `coordinator_killed`), each within the GPU
+//! One test per scenario (`two_ranks_one_killed` .. `four_ranks_one_killed_among_strays`), each within the GPU
 //! runner's per-test limit; a scenario the variable leaves out prints a SKIP line. Runs per scenario:
 //! `METRALE_ELASTIC_RUNS`, else 5 for the RxD and 8-rank phase ones and 3 for the others. Every
 //! process runs `METRALE_ELASTIC_ITERS` rounds (default 3000) of `--step-ms 5`: long enough for the
@@ -39,11 +44,19 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use metrale_gpu_testkit::child::{self, Child};
 use metrale_gpu_testkit::gpu::{gpus, measured, skip};
+use metrale_gpu_testkit::hex;
 use metrale_gpu_testkit::placement::{Mode, Plan};
+
+/// The stray connections the examples' own CPU tests send.
+#[path = "../../examples/gate/strays.rs"]
+mod strays;
 
 /// The example's `--deadline`: how long a collective may hang before the survivors give up on it.
 const DEADLINE_VAR: &str = "METRALE_ELASTIC_DEADLINE";
@@ -136,6 +149,8 @@ enum Scenario {
     /// 2 of 8 killed; no replacement.
     Never,
     Coordinator,
+    /// 4x1 among stray connections, with a job token.
+    Strays,
 }
 
 /// Every scenario, in the order of the tests.
@@ -146,7 +161,12 @@ fn all() -> Vec<Scenario> {
         [Phase::Make, Phase::Grow, Phase::GrowId].map(|phase| Scenario::Second { ranks: 4, phase });
     let eight = Phase::ALL.map(|phase| Scenario::Second { ranks: 8, phase });
     let random = [2, 4].map(|deaths| Scenario::Random { ranks: 16, deaths });
-    let rest = [Scenario::Late, Scenario::Never, Scenario::Coordinator];
+    let rest = [
+        Scenario::Late,
+        Scenario::Never,
+        Scenario::Coordinator,
+        Scenario::Strays,
+    ];
     deaths
         .into_iter()
         .chain(four)
@@ -170,6 +190,7 @@ impl Scenario {
             Scenario::Late => "late".into(),
             Scenario::Never => "never".into(),
             Scenario::Coordinator => "coordinator".into(),
+            Scenario::Strays => "strays".into(),
         }
     }
 
@@ -179,7 +200,7 @@ impl Scenario {
             | Scenario::Second { ranks, .. }
             | Scenario::Random { ranks, .. } => ranks,
             Scenario::Late | Scenario::Never => 8,
-            Scenario::Coordinator => 4,
+            Scenario::Coordinator | Scenario::Strays => 4,
         }
     }
 
@@ -200,7 +221,7 @@ impl Scenario {
                 (deaths / 2, later)
             }
             Scenario::Late | Scenario::Never => (2, Vec::new()),
-            Scenario::Coordinator => (1, Vec::new()),
+            Scenario::Coordinator | Scenario::Strays => (1, Vec::new()),
         }
     }
 
@@ -338,6 +359,8 @@ struct Run<'a> {
     replacements: usize,
     /// Variables for rank 0 alone.
     rank0_env: Vec<(&'static str, &'static str)>,
+    /// Variables for every process.
+    env: Vec<(&'static str, String)>,
     iters: usize,
 }
 
@@ -356,6 +379,7 @@ impl Run<'_> {
         for (k, v) in self.plan.nccl_env(index) {
             cmd.env(k, v);
         }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         if index == 0 {
             cmd.envs(self.rank0_env.iter().copied());
         }
@@ -442,6 +466,14 @@ fn one_run(
             } => vec![GROW_ID_DELAY],
             _ => Vec::new(),
         },
+        // Among strays the job has a token, as it should wherever strangers reach the port: without
+        // one a forged JOIN would be queued as a replacement.
+        env: match scenario {
+            Scenario::Strays => {
+                vec![(TOKEN_VAR, format!("elastic-test-{:016x}", random(u64::MAX)))]
+            }
+            _ => Vec::new(),
+        },
         iters: std::env::var(ITERS_VAR)
             .ok()
             .and_then(|v| v.parse().ok())
@@ -467,6 +499,7 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
         .wait_line("ELASTIC phase=listening", STEP_LIMIT)
         .ok_or("rank 0 never listened")?;
     r.master = format!("127.0.0.1:{}", word(&line, "port"));
+    let stream = (scenario == Scenario::Strays).then(|| StrayStream::start(r.master.clone()));
     for rank in 1..ranks {
         r.start(&[
             arg("--rank"),
@@ -586,12 +619,121 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
             later.iter().map(|p| p.name()).collect::<Vec<_>>()
         ));
     }
+    if let Some(stream) = stream {
+        let tally = stream.stop();
+        println!("{}: {tally}", r.name);
+        if !tally.harmless() || !rank0.contains("rendezvous: refused") {
+            return Err(format!(
+                "the strays were not all refused unanswered, or rank 0 did not say so: {tally}"
+            ));
+        }
+    }
     let resumed = rank0.find("phase=shrink");
     if scenario == Scenario::Late && (resumed.is_none() || resumed > rank0.find("phase=growing")) {
         return Err("rank 0 did not train on before the late replacements came".into());
     }
     let killed = r.killed.iter().filter(|&&k| k).count();
     measure(&rank0, killed_at, size).map(|t| Some(Times { killed, ..t }))
+}
+
+/// The example's job token variable (`examples/gate/token.rs`).
+const TOKEN_VAR: &str = "METRALE_JOB_TOKEN";
+/// How often the stream sends a round of strays.
+const STRAY_ROUND: Duration = Duration::from_millis(250);
+
+/// A round of strays every [`STRAY_ROUND`] to rank 0's port, from a thread of its own, until stopped
+/// (or dropped: a run that failed early).
+struct StrayStream {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Tally>>,
+}
+
+/// What the strays of a stream saw.
+#[derive(Default)]
+struct Tally {
+    sent: usize,
+    /// Strays rank 0 sent a byte to, or did not close: each a failure.
+    wrong: Vec<String>,
+}
+
+impl Tally {
+    fn harmless(&self) -> bool {
+        self.sent > 0 && self.wrong.is_empty()
+    }
+
+    fn add(&mut self, stray: JoinHandle<strays::Stray>) {
+        self.sent += 1;
+        if let Err(e) = strays::refused(stray) {
+            self.wrong.push(e);
+        }
+    }
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} stray connections, {} answered or left open",
+            self.sent,
+            self.wrong.len()
+        )?;
+        self.wrong.iter().try_for_each(|w| write!(f, "; {w}"))
+    }
+}
+
+impl StrayStream {
+    fn start(master: String) -> StrayStream {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let other = hex::encode(b"another-job");
+            let hellos = [
+                ("a wrong-token hello", format!("HELLO 1 token={other}\n")),
+                ("a wrong-token JOIN", format!("JOIN token={other}\n")),
+                (
+                    "a forged hello without a token",
+                    "HELLO 1 token=\n".to_string(),
+                ),
+                ("a JOIN without a token", "JOIN token=\n".to_string()),
+            ];
+            let (mut tally, mut running) = (Tally::default(), Vec::new());
+            while !stopped.load(Ordering::Acquire) {
+                running.extend(strays::send(
+                    &master,
+                    strays::kinds(&hellos, true),
+                    STEP_LIMIT,
+                ));
+                let (done, left) = running.into_iter().partition(JoinHandle::is_finished);
+                running = left;
+                done.into_iter().for_each(|s| tally.add(s));
+                std::thread::sleep(STRAY_ROUND);
+            }
+            running.into_iter().for_each(|s| tally.add(s));
+            tally
+        });
+        StrayStream {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the stream; what its strays saw, once each has ended.
+    fn stop(mut self) -> Tally {
+        self.stop.store(true, Ordering::Release);
+        let thread = self.thread.take().map(JoinHandle::join);
+        let mut tally = Tally::default();
+        match thread {
+            Some(Ok(t)) => tally = t,
+            _ => tally.wrong.push("the stream's thread panicked".into()),
+        }
+        tally
+    }
+}
+
+impl Drop for StrayStream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
 }
 
 /// Rank 0 killed: every other rank must end with the example's error, within twice the deadline (its
@@ -768,6 +910,7 @@ scenarios! {
     replacements_arriving_late: Scenario::Late;
     replacements_never_arriving: Scenario::Never;
     coordinator_killed: Scenario::Coordinator;
+    four_ranks_one_killed_among_strays: Scenario::Strays;
 }
 
 /// Rank 0's lines of a GPU run (4 ranks, one killed; the grow timed out with every rank alive on a GPU
