@@ -361,19 +361,14 @@ mod properties {
     use proptest::collection::vec;
     use proptest::prelude::*;
 
+    // Unformatted: rustfmt would spell each struct literal one field a line, a copy of the shape of the
+    // protocol's own field lists.
+    #[rustfmt::skip]
     fn message() -> impl Strategy<Value = Message> {
         let text = "[^\r\n]{0,40}";
         let id = "[0-9a-f]{1,64}";
         let held = prop_oneof![Just(Held::Revoked), Just(Held::Aborted)];
-        let plan = |how| {
-            (
-                any::<u64>(),
-                any::<usize>(),
-                any::<usize>(),
-                any::<usize>(),
-                how,
-            )
-        };
+        let plan = |how| (any::<u64>(), any::<usize>(), any::<usize>(), any::<usize>(), how);
         let how = prop_oneof![
             vec(any::<usize>(), 1..8).prop_map(|exclude| How::Shrink { exclude }),
             id.prop_map(|id| How::Init { id }),
@@ -387,22 +382,12 @@ mod properties {
             Just(Message::Done),
             id.prop_map(|id| Message::Id { id }),
             (any::<u64>(), text).prop_map(|(gen, why)| Message::Recover { gen, why }),
-            plan(how).prop_map(|(gen, rank, size, step, how)| Message::Plan(Plan {
-                gen,
-                rank,
-                size,
-                step,
-                how
-            })),
+            plan(how).prop_map(|(gen, rank, size, step, how)| {
+                Message::Plan(Plan { gen, rank, size, step, how })
+            }),
             grow.prop_map(|(gen, size, after)| Message::Grow { gen, size, after }),
             (grow, any::<usize>(), id).prop_map(|((gen, size, after), rank, id)| {
-                Message::GrowId {
-                    gen,
-                    rank,
-                    size,
-                    after,
-                    id,
-                }
+                Message::GrowId { gen, rank, size, after, id }
             }),
             text.prop_map(|why| Message::Excluded { why }),
             text.prop_map(|why| Message::End { why }),
