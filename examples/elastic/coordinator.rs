@@ -519,7 +519,11 @@ impl Coordinator {
 /// (within the door's bounds: a stray is refused there), then files its messages and reports its end.
 fn accept_loop(listener: TcpListener, roster: Shared<Roster>, door: Arc<Door>) {
     for (key, conn) in (1u64..).zip(listener.incoming()) {
-        let Ok(conn) = conn else { continue };
+        // Out of descriptors, or a connection aborted in the queue: a moment, then the next.
+        let Ok(conn) = conn else {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        };
         let Some(ticket) = conn.peer_addr().ok().and_then(|peer| door.enter(peer)) else {
             continue;
         };
