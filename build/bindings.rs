@@ -1,7 +1,8 @@
 //! The two bindgen runs over `wrapper.h`, their output read by syn:
 //! - `bindings.rs`: every `nccl*` function, type and `NCCL_*` constant, the shim's functions, and the
-//!   `cuda.h` types the helpers use; linked against libnccl. Its layout tests give `facts.rs` (what
-//!   `bundled-bindings` checks the headers found against).
+//!   `cuda.h` types the helpers use (feature `link`: linked against libnccl). With it, `facts.rs`: the
+//!   layout of the structs the shim fills (`layout.rs`), what `bundled-bindings` checks the headers found
+//!   against.
 //! - `nccl_loaded.rs`: the same `nccl*` functions, loaded from libnccl at run time (`nccl_table.rs`).
 //! - `cuda_driver.rs`: the driver table (`driver_table.rs`) around bindgen's declarations of the driver
 //!   functions, with cuda.h's `CUresult` names.
@@ -39,7 +40,9 @@ pub fn generate(inputs: &Inputs) -> Result<(), String> {
 }
 
 fn run(inputs: &Inputs) -> Result<(), String> {
+    let fields = layout::Fields::default();
     let nccl = base(inputs)
+        .parse_callbacks(Box::new(fields.clone()))
         .header(inputs.shim_header.to_string_lossy())
         .allowlist_function("nccl.*")
         .allowlist_function("metrale_.*")
@@ -55,29 +58,25 @@ fn run(inputs: &Inputs) -> Result<(), String> {
         &inputs.out_dir.join("nccl_loaded.rs"),
         &nccl_table::generate(&bindings)?,
     )?;
-    let sizes = layout::filled_struct_sizes(&bindings, inputs.filled)?;
-    let facts = snapshot::facts(inputs.nccl, inputs.cuda, &sizes);
-    write_text(&inputs.out_dir.join("facts.rs"), &facts)?;
-
-    // The driver's functions as bindgen declares them; the table around them is generated from these.
-    let names = CuresultNames::default();
-    let declarations = base(inputs)
-        .parse_callbacks(Box::new(names.clone()))
-        .allowlist_function(driver_table::symbols().collect::<Vec<_>>().join("|"))
-        .allowlist_recursively(false)
-        .generate_comments(false)
-        .layout_tests(false)
+    // The filled structs' layouts, as clang evaluates them (for `facts.rs`).
+    let probe = layout::Probe::new(inputs.filled, &fields)?;
+    let probed = base(inputs)
+        .header_contents(layout::Probe::NAME, &probe.header)
+        .allowlist_var(layout::Probe::VARS)
         .generate()
         .map_err(bindgen_failed)?;
-    let declarations = parse(&declarations.to_string())?;
-    // Which CUDA version added each function: the compile-time check that the required ones are no newer
-    // than the headers' major version, and the errors naming what an older driver lacks.
-    let typedefs = inputs.include_dirs.iter().find_map(|d| {
-        let path = d.join("cudaTypedefs.h");
-        let text = std::fs::read_to_string(&path).ok()?;
-        println!("cargo:rerun-if-changed={}", path.display());
-        Some(text)
-    });
+    let layouts = probe.read(&parse(&probed.to_string())?)?;
+    let facts = snapshot::facts(inputs.nccl, inputs.cuda, &layouts);
+    write_text(&inputs.out_dir.join("facts.rs"), &facts)?;
+
+    // Which CUDA version added each function: cudaTypedefs.h's `PFN_<function>_v<version>` typedefs, as
+    // bindgen translates them. For the compile-time check that the required ones are no newer than the
+    // headers' major version, and the errors naming what an older driver lacks.
+    let typedefs = inputs
+        .include_dirs
+        .iter()
+        .map(|d| d.join("cudaTypedefs.h"))
+        .find(|path| path.is_file());
     if typedefs.is_none() {
         println!(
             "cargo:warning=metrale-gpu-sys found no cudaTypedefs.h beside cuda.h: the driver table cannot \
@@ -85,7 +84,20 @@ fn run(inputs: &Inputs) -> Result<(), String> {
              is skipped (pip: nvidia-cuda-runtime has it)"
         );
     }
-    let table = driver_table::generate(&declarations, typedefs.as_deref())?;
+    // The driver's functions as bindgen declares them (with the types they name, so that aliases
+    // resolve); the table around them is generated from these.
+    let names = CuresultNames::default();
+    let mut declarations = base(inputs)
+        .parse_callbacks(Box::new(names.clone()))
+        .allowlist_function(driver_table::symbols().collect::<Vec<_>>().join("|"))
+        .allowlist_type(format!("PFN_({})_v[0-9]+", driver_table::bases().join("|")))
+        .generate_comments(false)
+        .layout_tests(false);
+    if let Some(path) = &typedefs {
+        declarations = declarations.header(path.to_string_lossy());
+    }
+    let declarations = declarations.generate().map_err(bindgen_failed)?;
+    let table = driver_table::generate(&parse(&declarations.to_string())?)?;
     write_text(
         &inputs.out_dir.join("cuda_driver.rs"),
         &(table + &names.table()),

@@ -50,7 +50,7 @@ pub fn functions(file: &syn::File) -> Result<Vec<Function<'_>>, String> {
 }
 
 /// A type as Rust source, printed by prettyplease (`*mut CUstream`, not the token stream's `* mut CUstream`).
-fn rust(ty: &syn::Type) -> Result<String, String> {
+pub fn rust(ty: &syn::Type) -> Result<String, String> {
     let alias: syn::File = syn::parse_quote!(type T = #ty;);
     let text = prettyplease::unparse(&alias);
     text.trim()

@@ -5,6 +5,8 @@
 
 use std::fmt::Write;
 
+use crate::declared::rust;
+
 /// The driver functions the helpers need, by the symbol cuda.h binds them to (its `#define cuFoo cuFoo_v2`
 /// renames apply before bindgen sees a name, so the suffix is part of the ABI). Required: loading fails
 /// without them, and each is older than every driver of the headers' CUDA major version (the crate checks
@@ -70,14 +72,93 @@ pub fn symbols() -> impl Iterator<Item = &'static str> {
     )
 }
 
-/// A driver function as bindgen declared it: its parameters (`name: Type`) and return type, as Rust text.
+/// Base names of the driver functions the table resolves (`cuMemAlloc` for `cuMemAlloc_v2`): what
+/// bindgen is asked to declare cudaTypedefs.h's `PFN_<base>_v<version>` typedefs for.
+pub fn bases() -> Vec<&'static str> {
+    let mut bases: Vec<&str> = symbols().map(base).collect();
+    bases.sort_unstable();
+    bases.dedup();
+    bases
+}
+
+/// A symbol's base name: `cuMemAlloc` for `cuMemAlloc_v2` (cuda.h's naming of a function's later ABIs;
+/// the symbols are this file's own).
+fn base(symbol: &str) -> &str {
+    match symbol.rsplit_once("_v") {
+        Some((base, n)) if n.parse::<u32>().is_ok() => base,
+        _ => symbol,
+    }
+}
+
+/// A driver function as bindgen declared it: its parameters (`name: Type`) and return type, as Rust text,
+/// and its signature with every type alias resolved (to compare with cudaTypedefs.h's).
 struct Declaration {
     params: Vec<(String, String)>,
     ret: String,
+    signature: Signature,
+}
+
+/// Parameter and return types, type aliases resolved (`CUdeviceptr` and `CUdeviceptr_v2` are one type).
+type Signature = (Vec<String>, String);
+
+/// bindgen's type aliases (`pub type CUdeviceptr = CUdeviceptr_v2;`), by name.
+struct Aliases<'a>(std::collections::HashMap<String, &'a syn::Type>);
+
+impl<'a> Aliases<'a> {
+    fn of(file: &'a syn::File) -> Aliases<'a> {
+        Aliases(
+            file.items
+                .iter()
+                .filter_map(|item| match item {
+                    syn::Item::Type(alias) => Some((alias.ident.to_string(), &*alias.ty)),
+                    _ => None,
+                })
+                .collect(),
+        )
+    }
+
+    /// `ty` with every alias resolved, through pointers, as Rust text.
+    fn resolve(&self, ty: &syn::Type) -> Result<String, String> {
+        match ty {
+            syn::Type::Ptr(ptr) => {
+                let kind = if ptr.mutability.is_some() {
+                    "*mut"
+                } else {
+                    "*const"
+                };
+                Ok(format!("{kind} {}", self.resolve(&ptr.elem)?))
+            }
+            syn::Type::Path(path) => match path
+                .path
+                .get_ident()
+                .and_then(|i| self.0.get(&i.to_string()))
+            {
+                Some(aliased) => self.resolve(aliased),
+                None => rust(ty),
+            },
+            _ => rust(ty),
+        }
+    }
+
+    fn signature<'t>(
+        &self,
+        params: impl Iterator<Item = &'t syn::Type>,
+        ret: &syn::ReturnType,
+    ) -> Result<Signature, String> {
+        let params = params
+            .map(|ty| self.resolve(ty))
+            .collect::<Result<_, _>>()?;
+        let ret = match ret {
+            syn::ReturnType::Type(_, ty) => self.resolve(ty)?,
+            syn::ReturnType::Default => "()".to_string(),
+        };
+        Ok((params, ret))
+    }
 }
 
 /// The functions of bindgen's `extern "C"` blocks, by symbol.
 fn declarations(file: &syn::File) -> Result<Vec<(String, Declaration)>, String> {
+    let aliases = Aliases::of(file);
     crate::declared::functions(file)?
         .into_iter()
         .map(|f| {
@@ -87,52 +168,115 @@ fn declarations(file: &syn::File) -> Result<Vec<(String, Declaration)>, String> 
                     f.name
                 )
             })?;
+            let signature = aliases.signature(
+                f.item.sig.inputs.iter().filter_map(|input| match input {
+                    syn::FnArg::Typed(param) => Some(&*param.ty),
+                    syn::FnArg::Receiver(_) => None,
+                }),
+                &f.item.sig.output,
+            )?;
             Ok((
                 f.name,
                 Declaration {
                     params: f.params,
                     ret,
+                    signature,
                 },
             ))
         })
         .collect()
 }
 
-/// The CUDA version that introduced `symbol`, from cudaTypedefs.h: its `PFN_<name>_v<version>` typedefs list
-/// each ABI of a function oldest first, and a symbol's `_v<n>` suffix names the n-th (none: the first).
-fn introduced(typedefs: &str, symbol: &str) -> Option<u32> {
-    let (base, abi) = match symbol.rsplit_once("_v") {
-        Some((base, n)) if n.parse::<usize>().is_ok() => (base, n.parse::<usize>().ok()?),
-        _ => (symbol, 1),
+/// cudaTypedefs.h's `PFN_<base>_v<version>` typedefs as bindgen translated them: the type of a driver
+/// function's ABI introduced in CUDA `<version>` (what `cuGetProcAddress` hands out from that version on),
+/// by base name, with its signature.
+struct Abis(Vec<(String, u32, Signature)>);
+
+impl Abis {
+    fn of(file: &syn::File) -> Result<Abis, String> {
+        let aliases = Aliases::of(file);
+        let mut abis = Vec::new();
+        for item in &file.items {
+            let syn::Item::Type(alias) = item else {
+                continue;
+            };
+            let name = alias.ident.to_string();
+            let Some((base, version)) = name
+                .strip_prefix("PFN_")
+                .and_then(|rest| rest.rsplit_once("_v"))
+                .and_then(|(base, v)| Some((base, v.parse::<u32>().ok()?)))
+            else {
+                continue;
+            };
+            let function = pointee(&alias.ty)
+                .ok_or_else(|| format!("bindgen translated {name} as no function pointer"))?;
+            let params = function.inputs.iter().map(|arg| &arg.ty);
+            let signature = aliases.signature(params, &function.output)?;
+            abis.push((base.to_string(), version, signature));
+        }
+        Ok(Abis(abis))
+    }
+
+    /// The CUDA version that introduced the ABI `symbol` names, whose signature is `signature`; `declared`:
+    /// whether cuda.h declares `symbol` (outside its internal section, it declares exactly the ABI each name
+    /// stands for now). The current ABI is the newest typedef of its signature; an older one, the one
+    /// typedef of its signature older than the current ABI, if there is exactly one. `None` where
+    /// cudaTypedefs.h does not say (no typedef matches, or several could).
+    fn introduced(&self, symbol: &str, signature: &Signature, declared: bool) -> Option<u32> {
+        let name = base(symbol);
+        let of_name = || self.0.iter().filter(|(b, _, _)| b == name);
+        let matching = || {
+            of_name()
+                .filter(|(_, _, s)| s == signature)
+                .map(|(_, v, _)| *v)
+        };
+        if declared {
+            return matching().max();
+        }
+        let current = of_name().map(|(_, v, _)| *v).max()?;
+        let mut older = matching().filter(|&v| v < current);
+        match (older.next(), older.next()) {
+            (Some(version), None) => Some(version),
+            _ => None,
+        }
+    }
+}
+
+/// The function type inside bindgen's `Option<unsafe extern "C" fn(…) -> …>` for a C function pointer.
+fn pointee(ty: &syn::Type) -> Option<&syn::TypeBareFn> {
+    let syn::Type::Path(path) = ty else {
+        return None;
     };
-    let prefix = format!("*PFN_{base}_v");
-    let mut versions: Vec<u32> = typedefs
-        .match_indices(&prefix)
-        .filter_map(|(at, _)| {
-            let rest = &typedefs[at + prefix.len()..];
-            // The plain typedef only (`_v3020)`), not the per-thread-stream ones (`_v7000_ptds)`).
-            let (version, _) = rest.split_once(')')?;
-            version.parse().ok()
-        })
-        .collect();
-    versions.sort_unstable();
-    versions.dedup();
-    versions.get(abi.checked_sub(1)?).copied()
+    let option = path.path.segments.last()?;
+    let syn::PathArguments::AngleBracketed(args) = &option.arguments else {
+        return None;
+    };
+    match args.args.first()? {
+        syn::GenericArgument::Type(syn::Type::BareFn(function)) if option.ident == "Option" => {
+            Some(function)
+        }
+        _ => None,
+    }
 }
 
 /// `DriverApi`, from bindgen's declarations of `symbols()`: the required functions as fields (loading
 /// fails without them), the optional ones as `Option`s behind methods that return `Err` naming a missing
-/// one, never a panic. `typedefs` is cudaTypedefs.h, where found.
-pub fn generate(declared: &syn::File, typedefs: Option<&str>) -> Result<String, String> {
+/// one, never a panic. `declared` also holds cudaTypedefs.h's `PFN_…` typedefs of the functions' bases,
+/// where that header was found: they say which CUDA version introduced each symbol.
+pub fn generate(declared: &syn::File) -> Result<String, String> {
+    let abis = Abis::of(declared)?;
     let declared = declarations(declared)?;
     let find = |symbols: &[&str]| {
         symbols
             .iter()
             .find_map(|s| declared.iter().find(|(name, _)| name == s).map(|(_, d)| d))
     };
-    let needs = |symbol: &str| match typedefs.and_then(|t| introduced(t, symbol)) {
-        Some(v) => format!("Some({v})"),
-        None => "None".to_string(),
+    let needs = |symbol: &str, signature: &Signature| {
+        let is_declared = declared.iter().any(|(name, _)| name == symbol);
+        match abis.introduced(symbol, signature, is_declared) {
+            Some(v) => format!("Some({v})"),
+            None => "None".to_string(),
+        }
     };
     let mut fields = String::new();
     let mut resolve = String::new();
@@ -151,7 +295,12 @@ pub fn generate(declared: &syn::File, typedefs: Option<&str>) -> Result<String, 
         )
         .ok();
         writeln!(inits, "                {name},").ok();
-        writeln!(required_needs, "    (\"{name}\", {}),", needs(name)).ok();
+        writeln!(
+            required_needs,
+            "    (\"{name}\", {}),",
+            needs(name, &d.signature)
+        )
+        .ok();
         writeln!(
             methods,
             "    /// `{name}` (required: every driver of the headers' CUDA major version has it).\n    \
@@ -193,7 +342,7 @@ pub fn generate(declared: &syn::File, typedefs: Option<&str>) -> Result<String, 
              Some(f) => Ok(unsafe {{ f({args}) }}),\n            \
              None => Err(self.missing(\"{oldest}\", {})),\n        }}\n    }}\n",
             symbols.join("`, else `"),
-            needs(oldest),
+            needs(oldest, &d.signature),
             ret = d.ret
         )
         .ok();

@@ -104,15 +104,12 @@ pub fn find(host: &dyn Host, places: &Places) -> Result<Found, String> {
     let mut cuda_tried = String::new();
     let cuda = find_cuda(host, places, &mut cuda_tried);
     match (nccl, cuda) {
-        (
-            Ok((nccl_include, nccl_lib_dir, nccl_lib_file, nccl_step)),
-            Ok((cuda_include, cuda_step)),
-        ) => Ok(Found {
-            nccl_include,
-            nccl_lib_dir,
-            nccl_lib_file,
+        (Ok(nccl), Ok((cuda_include, cuda_step))) => Ok(Found {
+            nccl_include: nccl.include,
+            nccl_lib_dir: nccl.lib_dir,
+            nccl_lib_file: nccl.lib_file,
             cuda_include,
-            nccl_step,
+            nccl_step: nccl.step,
             cuda_step,
             // Only the variables that name what each search looks for: CUDA_HOME that served the CUDA
             // headers is not "passed over" because the NCCL search also looked for nccl.h there.
@@ -162,7 +159,14 @@ pub fn var(host: &dyn Host, places: &Places, name: &str) -> Option<(String, Path
         .find_map(|(form, value)| Some((form, value?)))
 }
 
-type NcclHit = (PathBuf, PathBuf, String, String);
+/// Where a discovery step found NCCL: `nccl.h`'s directory, the library's directory and file to link, and
+/// the step.
+struct NcclHit {
+    include: PathBuf,
+    lib_dir: PathBuf,
+    lib_file: String,
+    step: String,
+}
 /// A discovery step for NCCL: its name, the include directories and the library directories it offers.
 type NcclStep = (String, Vec<PathBuf>, Vec<PathBuf>);
 
@@ -277,7 +281,14 @@ fn first_nccl(steps: &[NcclStep], tried: &mut String) -> Option<NcclHit> {
             .iter()
             .find_map(|d| nccl_lib_file(d).map(|f| (d.clone(), f)))
         {
-            Some((lib_dir, file)) => return Some((inc.clone(), lib_dir, file, step.clone())),
+            Some((lib_dir, lib_file)) => {
+                return Some(NcclHit {
+                    include: inc.clone(),
+                    lib_dir,
+                    lib_file,
+                    step: step.clone(),
+                })
+            }
             None => note(
                 tried,
                 step,

@@ -95,7 +95,7 @@ fn run() -> Result<(), String> {
     include_dirs.extend(found.cuda_include.iter().cloned());
     let macros = header::Macros::of(&manifest_dir.join("wrapper.h"), &include_dirs)?;
     let (nccl, cuda) = (macros.nccl_version()?, macros.cuda_version()?);
-    let initializers = macros.initializers()?;
+    let initializers = macros.initializers(&out_dir)?;
     // The structs the shim fills: one per initializer macro of the headers found.
     let filled: Vec<&str> = initializers.iter().map(|i| i.c_type.as_str()).collect();
 
@@ -153,8 +153,8 @@ fn run() -> Result<(), String> {
 
 /// `bundled-bindings`: installs the snapshot where the headers found (`nccl`, `cuda`: their versions) are
 /// its NCCL version and CUDA major version, and has the shim's compile check that each struct it fills has
-/// the size of the snapshot's Rust type (the same version number does not make the same structs: a
-/// patched or mislabelled nccl.h). Returns what a failed compile of the shim then means.
+/// the size and field offsets of the snapshot's Rust type (the same version number does not make the same
+/// structs: a patched or mislabelled nccl.h). Returns what a failed compile of the shim then means.
 fn use_snapshot(
     snapshot: &Snapshot,
     (nccl, cuda): (NcclVersion, u32),
@@ -196,22 +196,15 @@ fn use_snapshot(
         ));
     }
     shim.define("METRALE_BUNDLED_BINDINGS", None);
-    let mut sizes = Vec::new();
-    for (c_name, size) in snapshot.filled_struct_sizes(filled) {
-        shim.define(
-            &format!("METRALE_SNAPSHOT_SIZEOF_{c_name}"),
-            size.to_string().as_str(),
-        );
-        if size > 0 {
-            sizes.push(format!("{c_name}: {size} bytes"));
-        }
-    }
+    let (checks, summary) = snapshot.layout_checks(filled);
+    let path = out_dir.join(snapshot::LAYOUT_CHECKS);
+    std::fs::write(&path, checks).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(format!(
-        "\nWith `bundled-bindings` the shim checks that each struct it fills has the size of the bundled \
-         snapshot's Rust type ({}); the `_Static_assert` or `#error` above names the struct that differs. \
-         These headers are not the ones the snapshot was made from, whatever their version says: drop the \
-         feature so that bindgen translates them.",
-        sizes.join(", ")
+        "\nWith `bundled-bindings` the shim checks that each struct it fills has the size and field offsets \
+         of the bundled snapshot's Rust type ({}); the `_Static_assert` above names the struct or field \
+         that differs. These headers are not the ones the snapshot was made from, whatever their version \
+         says: drop the feature so that bindgen translates them.",
+        summary.join("; ")
     ))
 }
 
@@ -280,7 +273,11 @@ fn link_nccl(found: &find::Found) {
 /// Versions for this crate (cfg flags) and for dependents (`DEP_NCCL_*` in their build scripts); where the
 /// headers and library are, unless the bindings come from the snapshot alone (docs.rs).
 fn emit_version(nccl: NcclVersion, cuda: u32, found: Option<&find::Found>, out_dir: &Path) {
-    println!("cargo:rustc-check-cfg=cfg(nccl_macro, values(any()))");
+    let asked: Vec<String> = ASKED_MACROS.iter().map(|m| format!("{m:?}")).collect();
+    println!(
+        "cargo:rustc-check-cfg=cfg(nccl_macro, values({}))",
+        asked.join(", ")
+    );
     for minor in NCCL_MINORS {
         println!("cargo:rustc-check-cfg=cfg(nccl_2_{minor})");
         if nccl.major > 2 || (nccl.major == 2 && minor <= nccl.minor) {
@@ -330,11 +327,16 @@ fn emit_version(nccl: NcclVersion, cuda: u32, found: Option<&find::Found>, out_d
     println!("cargo:rustc-env=METRALE_CUDA_FOUND_BY={}", found.cuda_step);
 }
 
-/// `cfg(nccl_macro = "NAME")` for each of NCCL's macros the preprocessor saw: code that calls a function a
-/// header may define as a macro instead (2.30+'s `ncclResetDebugInit`) is gated on what the header says.
-/// And for dependents (systest): the initializers the shim turned into `Default`s.
+/// The macros the crate's own code asks about with `cfg(nccl_macro = "NAME")`: a name nccl.h may define
+/// as a macro instead of a function (2.30+'s `ncclResetDebugInit`), or an initializer only some versions
+/// have. Only these are set, and check-cfg accepts no other name, so a misspelt one warns instead of being
+/// silently false.
+const ASKED_MACROS: &[&str] = &["ncclResetDebugInit", "NCCL_COLLCONFIG_INITIALIZER"];
+
+/// `cfg(nccl_macro = "NAME")` for each of [`ASKED_MACROS`] the preprocessor saw. And for dependents
+/// (systest): the initializers the shim turned into `Default`s.
 fn emit_macros(macros: &header::Macros, out_dir: &Path) {
-    for name in macros.nccl_names() {
+    for name in ASKED_MACROS.iter().filter(|name| macros.defines(name)) {
         println!("cargo:rustc-cfg=nccl_macro=\"{name}\"");
     }
     println!(

@@ -4,21 +4,16 @@
 #include "metrale_initializers.h"
 
 /* With `bundled-bindings` the Rust side is the committed snapshot, not a translation of these headers: the
- * build script passes the size of each struct's Rust type (0 where the snapshot has none), and a struct of
- * another size here stops the build instead of being written past its Rust end. */
+ * build script writes the size and every field offset of each struct's Rust type as `_Static_assert`s
+ * (build/snapshot.rs), and a struct laid out otherwise here stops the build instead of being written past
+ * its Rust end or into the wrong Rust field. */
 #ifdef METRALE_BUNDLED_BINDINGS
-#define METRALE_SAME_SIZE_AS_SNAPSHOT(type)                                                       \
-    _Static_assert(sizeof(type) == METRALE_SNAPSHOT_SIZEOF_##type,                                \
-                   "bundled-bindings: sizeof(" #type ") in the headers found differs from the size " \
-                   "of the bundled snapshot's Rust type");
-#else
-#define METRALE_SAME_SIZE_AS_SNAPSHOT(type)
+#include "metrale_snapshot_layout.h"
 #endif
 
 /* metrale_initializer_TYPE(TYPE *out): *out = MACRO, copied from a static so that padding is zero too.
  * src/initializers.rs declares each and builds TYPE's Default on it. */
 #define METRALE_INITIALIZER(type, macro)                 \
-    METRALE_SAME_SIZE_AS_SNAPSHOT(type)                  \
     void metrale_initializer_##type(type *out);          \
     void metrale_initializer_##type(type *out) {         \
         static const type init = macro;                  \

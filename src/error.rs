@@ -1,14 +1,12 @@
-//! [`GpuError`], the error of every helper (a deadline wait's [`WaitError`] converts into one), and
-//! `check_nccl`, which turns an `ncclResult_t` into a `GpuError`.
+//! [`GpuError`], the error of every helper: a leaf, straight from a library's status (what builds on it,
+//! such as metrale-gpu-watchdog's wait errors, wraps it); and `check_nccl`, which turns an `ncclResult_t`
+//! into a `GpuError`.
 
 use std::ffi::CStr;
 use std::fmt;
 
-use crate::bindings::{
-    ncclGetErrorString, ncclGetLastError, ncclResult_t, CUresult, NCCL_VERSION_CODE,
-};
+use crate::bindings::{ncclGetErrorString, ncclResult_t, CUresult, NCCL_VERSION_CODE};
 use crate::nccl_version::NcclVersion;
-use crate::watchdog::WaitError;
 
 /// What went wrong in a helper, with enough to act on: the call, the code, the library's own text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,9 +20,12 @@ pub enum GpuError {
         code: ncclResult_t,
         /// `ncclGetErrorString(code)`.
         text: String,
-        /// `ncclGetLastError(NULL)`: NCCL's detailed message for the last error it recorded, best-effort.
-        /// NCCL keeps one message per process and rewrites it under its own lock, which a caller cannot
-        /// take: with several threads it may describe another call's failure, or be cut or mixed.
+        /// `ncclGetLastError(NULL)`: NCCL's detailed message for the last error it recorded. `None` from
+        /// [`check_nccl`], which never reads it; filled by the `unsafe`
+        /// [`check_nccl_with_last_error`](crate::nccl::check_nccl_with_last_error), whose caller promises
+        /// that no other thread is failing an NCCL call meanwhile (NCCL keeps one message per process and
+        /// rewrites it under a lock of its own). It may still describe an earlier failure of this thread:
+        /// NCCL records no message for some failures.
         last_error: Option<String>,
     },
     /// A CUDA driver call returned something other than `CUDA_SUCCESS`.
@@ -84,8 +85,6 @@ pub enum GpuError {
         /// Where the loaded library lives, when the loader can tell.
         library_path: Option<String>,
     },
-    /// A deadline wait gave up (see [`WaitError`]).
-    Wait(Box<WaitError>),
 }
 
 /// A CUDA version as `cuDriverGetVersion` and `CUDA_VERSION` encode it (`12080`), as `12.8`.
@@ -185,25 +184,19 @@ impl fmt::Display for GpuError {
                      accept it with METRALE_NCCL_ALLOW_OLDER=1 (the calls it lacks then fail, naming the function)."
                 )
             }
-            GpuError::Wait(wait) => wait.fmt(f),
         }
     }
 }
 
-impl std::error::Error for GpuError {
-    /// A wait's error is carried whole (`Display` and `source` are its own); the others come straight
-    /// from a library's status and have nothing underneath.
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            GpuError::Wait(wait) => wait.source(),
-            _ => None,
-        }
-    }
-}
+/// Every variant comes straight from a library's status or the loader: nothing underneath (`source` is
+/// `None`).
+impl std::error::Error for GpuError {}
 
-/// `Ok(())` for `ncclSuccess`; otherwise an error naming `context`, the text of `ncclGetErrorString`, the
-/// code, and `ncclGetLastError`'s message when NCCL has one (best-effort: see `GpuError::Nccl`). Codes
-/// the headers do not list are errors too.
+/// `Ok(())` for `ncclSuccess`; otherwise an error naming `context`, the code and the text of
+/// `ncclGetErrorString` (a static string per code). Codes the headers do not list are errors too. It never
+/// reads NCCL's process-wide last-error message, which another thread's failing call may be writing:
+/// [`check_nccl_with_last_error`](crate::nccl::check_nccl_with_last_error) adds it where the caller can
+/// promise that no other thread is.
 #[inline]
 pub fn check_nccl(result: ncclResult_t, context: &str) -> Result<(), GpuError> {
     if result == ncclResult_t::ncclSuccess {
@@ -211,10 +204,6 @@ pub fn check_nccl(result: ncclResult_t, context: &str) -> Result<(), GpuError> {
     }
     Err(nccl_error(result, context))
 }
-
-/// The size of NCCL's last-error buffer (`char ncclLastError[1024]` in NCCL's src/debug.cc), which
-/// `ncclGetLastError(NULL)` returns: no copy reads past it, whatever another thread writes meanwhile.
-const NCCL_LAST_ERROR_BYTES: usize = 1024;
 
 /// The failure path of `check_nccl`, kept out of line so the success path inlines to one compare.
 #[cold]
@@ -227,24 +216,11 @@ pub(crate) fn nccl_error(result: ncclResult_t, context: &str) -> GpuError {
     }
     // SAFETY: ncclGetErrorString returns a static string for any code.
     let text = unsafe { c_text(ncclGetErrorString(result)) };
-    // SAFETY: ncclGetLastError(NULL) returns NCCL's process-wide buffer (`char ncclLastError[1024]`,
-    // src/debug.cc), which lives as long as the library; the copy reads at most its 1024 bytes, so it
-    // never reads outside it. What holds beyond that, and what does not: NCCL rewrites the buffer
-    // (vsnprintf under its private ncclDebugMutex) whenever a call of any thread fails, and a read during
-    // that write is a data race, undefined by the C++ and Rust memory models; no read on this side
-    // (volatile or atomic) removes it, and NCCL has no call that copies the text under its lock. It is
-    // accepted, as by every program that prints ncclGetLastError, because on the targets this crate
-    // builds for (x86_64, aarch64) a byte load racing a byte store yields some byte and cannot fault, and
-    // nothing here assumes the bytes stable: each is read once, volatile (the compiler may neither re-read
-    // nor reason about it), into a local array. The worst outcome is text that is cut, mixed or another
-    // call's, which `last_error`'s doc says.
-    let last =
-        unsafe { c_text_bounded::<NCCL_LAST_ERROR_BYTES>(ncclGetLastError(std::ptr::null_mut())) };
     GpuError::Nccl {
         context: context.to_string(),
         code: result,
         text: text.unwrap_or_else(|| "no description".into()),
-        last_error: last.filter(|s| !s.is_empty()),
+        last_error: None,
     }
 }
 
@@ -259,27 +235,4 @@ pub(crate) unsafe fn c_text(ptr: *const std::os::raw::c_char) -> Option<String> 
     // SAFETY: not NULL, so a NUL-terminated string that lives for the call, as the caller promises.
     let text = unsafe { CStr::from_ptr(ptr) };
     Some(text.to_string_lossy().into_owned())
-}
-
-/// Copies the text of a C buffer of `N` bytes, up to its first NUL or its end; `None` for NULL. Another
-/// thread may be writing the buffer (NCCL, under its own lock): each byte is read once, with a volatile
-/// read, into a local copy, and no Rust reference ever points at the buffer. That bounds what a racing
-/// write can do to the copy's text; it does not make the race defined (see `nccl_error`).
-///
-/// # Safety
-/// `ptr` is NULL or points to `N` readable bytes that live for the duration of the call.
-unsafe fn c_text_bounded<const N: usize>(ptr: *const std::os::raw::c_char) -> Option<String> {
-    if ptr.is_null() {
-        return None;
-    }
-    let mut copy = [0u8; N];
-    for (i, byte) in copy.iter_mut().enumerate() {
-        // SAFETY: i < N, and the caller promises N readable bytes.
-        *byte = unsafe { ptr.cast::<u8>().add(i).read_volatile() };
-        if *byte == 0 {
-            break;
-        }
-    }
-    let len = copy.iter().position(|&b| b == 0).unwrap_or(N);
-    Some(String::from_utf8_lossy(&copy[..len]).into_owned())
 }

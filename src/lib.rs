@@ -4,15 +4,17 @@
 //! - [`bindings`]: everything bindgen generated, under the C names (`ncclAllReduce`, `ncclConfig_t`, …).
 //! - [`nccl`]: the path metrale-comm has always used: all of the above, the Rust-named aliases
 //!   ([`NcclComm`], [`NcclConfig`], [`NcclUniqueId`], [`NcclDataType`], [`NcclRedOp`], [`NcclResult`]) and
-//!   the helpers ([`check_nccl`], [`create_stream`] … [`stream_ready`], [`nccl_mem_alloc`], [`nccl_mem_free`]).
+//!   the helpers ([`check_nccl`], [`check_nccl_with_last_error`], [`create_stream`] … [`stream_ready`],
+//!   [`nccl_mem_alloc`], [`nccl_mem_free`]).
 //! - [`cuda`]: the driver, loaded at run time (machines without a GPU have no `libcuda.so.1`).
 //! - [`stream`]: the stream and event helpers, and the contract every handle passed to them follows.
 //! - [`loader`]: libnccl, loaded at run time by default (feature `link` links it instead): where it is
 //!   searched, and what a call that cannot reach it returns (see the README's "How the library is found
 //!   at run time").
 //! - [`version`]: the headers' NCCL version against the loaded library's, the library's file and search.
-//! - [`watchdog`]: waits with a deadline that give up on the communicators (abort, or revoke with NCCL 2.29+)
-//!   instead of hanging, over one or several communicators, and the check for non-blocking calls.
+//!
+//! Waits with a deadline that give up on the communicators (abort, or revoke with NCCL 2.29+) instead of
+//! hanging are the sibling crate `metrale-gpu-watchdog` (`watchdog/` in this workspace), built on this one.
 //!
 //! Status and selector types (`ncclResult_t`, `ncclDataType_t`, `ncclRedOp_t`, `CUresult`, …) are
 //! transparent newtypes over the C integer with associated constants (`ncclResult_t::ncclSuccess`), not
@@ -110,41 +112,6 @@
 //!     Ok(())
 //! }
 //! ```
-//!
-//! # Non-blocking communicators, with a deadline
-//! With `blocking = 0`, init and collectives may return `ncclInProgress`, and NCCL refuses the next call on
-//! the communicator until it has left that state. [`watchdog::Watchdog::check`] takes such a status and
-//! waits (with a deadline) until the communicator accepts the next call; [`watchdog`]'s waits give up on
-//! the communicator (abort it) instead of hanging when a peer dies or never arrives. Each deadline is
-//! counted from the start of its wait, however much progress the work makes meanwhile.
-//! ```no_run
-//! use metrale_gpu_sys::{nccl::*, watchdog::Watchdog};
-//! use std::time::Duration;
-//!
-//! fn init(id: NcclUniqueId, nranks: i32, rank: i32) -> Result<NcclComm, GpuError> {
-//!     let mut config = NcclConfig { blocking: 0, ..NcclConfig::default() };
-//!     config.set_comm_name(c"trainer"); // NCCL keeps this pointer: a &'static CStr
-//!     let mut comm: NcclComm = std::ptr::null_mut();
-//!     // SAFETY: comm and config are valid for the call.
-//!     let r = unsafe { ncclCommInitRankConfig(&mut comm, nranks, id, rank, &mut config) };
-//!     // SAFETY: comm is the handle the init returned; after an Err it has been aborted, and is unused.
-//!     unsafe { Watchdog::abort_after(Duration::from_secs(60)).check(r, comm, "ncclCommInitRankConfig")? };
-//!     Ok(comm)
-//! }
-//!
-//! /// All-reduce in place, then wait for it: an error, or 30 s after the wait starts, aborts `comm`.
-//! fn all_reduce(comm: NcclComm, stream: CUstream, buf: *mut std::ffi::c_void, n: usize) -> Result<(), GpuError> {
-//!     let watchdog = Watchdog::abort_after(Duration::from_secs(30));
-//!     // SAFETY: buf holds n floats on comm's device and stream belongs to it.
-//!     let r = unsafe { ncclAllReduce(buf, buf, n, NcclDataType::ncclFloat32, NcclRedOp::ncclSum, comm, stream) };
-//!     // SAFETY: comm and stream are live; after an Err the communicator has been aborted.
-//!     unsafe {
-//!         watchdog.check(r, comm, "ncclAllReduce")?; // enqueued: comm accepts the next call
-//!         watchdog.wait_stream(comm, stream)?; // done on the GPU
-//!     }
-//!     Ok(())
-//! }
-//! ```
 #![warn(missing_docs)]
 
 pub mod bindings {
@@ -188,6 +155,7 @@ pub mod cuda;
 mod dladdr;
 mod error;
 mod initializers;
+mod last_error;
 #[cfg(not(feature = "link"))]
 pub mod loader;
 mod memory;
@@ -195,7 +163,6 @@ mod nccl_version;
 pub mod stream;
 mod unique_id;
 pub mod version;
-pub mod watchdog;
 
 pub mod nccl {
     //! The module metrale-comm uses: every generated item under its C name, the Rust-named aliases, and
@@ -209,6 +176,7 @@ pub mod nccl {
     pub use crate::cuda::check_cuda;
     pub use crate::error::{check_nccl, GpuError};
     pub use crate::initializers::NCCL_CONFIG_UNDEF_INT;
+    pub use crate::last_error::check_nccl_with_last_error;
     pub use crate::memory::{nccl_mem_alloc, nccl_mem_free};
     #[doc(inline)]
     pub use crate::stream::{
@@ -238,3 +206,9 @@ pub mod nccl {
 }
 
 pub use nccl::*;
+
+/// The README's Rust blocks, compiled (and run, where not `no_run`) as doctests, so that the page a user
+/// copies from builds against the crate as it is.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,5 +1,5 @@
-//! Every function nccl.h declares is called somewhere in the crate: by a helper (`src/`), a test, an
-//! example or a benchmark. The functions are the `nccl*` ones bindgen generated from the header the build
+//! Every function nccl.h declares is called somewhere in the workspace: by a helper (`src/`), the
+//! watchdog crate (`watchdog/`), a test, an example or a benchmark. The functions are the `nccl*` ones bindgen generated from the header the build
 //! used, so the list follows the installed NCCL. A call is what syn parses as a call expression of that
 //! name (also inside a macro's arguments): never a mention in a string or a comment. The generated
 //! snapshot (`src/snapshot/`) declares every function and does not count. Needs no GPU: it reads files.
@@ -12,7 +12,7 @@ use metrale_gpu_testkit::skip::skip;
 use syn::visit::Visit;
 
 /// Where calls are looked for, under the crate's root.
-const SEARCHED: &[&str] = &["src", "tests", "examples", "benches", "bench"];
+const SEARCHED: &[&str] = &["src", "watchdog", "tests", "examples", "benches", "bench"];
 /// bindgen's output, committed: it names everything and calls nothing.
 const GENERATED: &str = "src/snapshot";
 
@@ -134,7 +134,7 @@ fn every_function_of_nccl_h_is_called() {
     );
     assert!(
         uncalled.is_empty(),
-        "{} of the {} functions nccl.h declares are called by no helper, test, example or benchmark: {}",
+        "{} of the {} functions nccl.h declares are called by no helper, the watchdog, test, example or benchmark: {}",
         uncalled.len(),
         functions.len(),
         uncalled.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")

@@ -247,7 +247,7 @@ fn docs_rs_mode_documents_every_item_without_any_header() {
         ("bindings/struct.ncclResult_t.html", "ncclInProgress"),
         ("nccl/fn.check_nccl.html", "ncclGetErrorString"),
         ("nccl/fn.stream_ready.html", "CUDA_ERROR_NOT_READY"),
-        ("cuda/api/struct.DriverApi.html", "cuStreamQuery"),
+        ("cuda/struct.DriverApi.html", "cuStreamQuery"),
     ] {
         let html =
             std::fs::read_to_string(doc.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
@@ -312,45 +312,97 @@ fn crate_with_patched_header(
     (krate, vars)
 }
 
+/// The stderr of a `bundled-bindings` build against the pinned nccl.h as `patch` rewrites it, which must fail.
+fn refused_bundled_build(name: &str, patch: impl Fn(&str) -> String) -> String {
+    let (krate, vars) = crate_with_patched_header(name, patch);
+    // The snapshot alone: beside the default `bindgen`, bindgen's output would be used instead.
+    let args = [
+        "build",
+        "--lib",
+        "--no-default-features",
+        "--features",
+        "bundled-bindings",
+    ];
+    let out = cargo(&krate, &args, &vars);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "built the snapshot against a patched ncclConfig_t ({name}):\n{stderr}"
+    );
+    stderr
+}
+
+/// What the refusal says whichever struct or field differs: the layout it expected, and the way out.
+fn expected_refusal() -> [String; 4] {
+    // The snapshot's own types: whatever headers this test binary was built against.
+    use snapshot::{ncclConfig_t, ncclSimInfo_t};
+    [
+        "the size and field offsets of the bundled snapshot's Rust type (ncclConfig_t: "
+            .to_string(),
+        format!("ncclConfig_t: {} bytes, ", size_of::<ncclConfig_t>()),
+        format!("ncclSimInfo_t: {} bytes, ", size_of::<ncclSimInfo_t>()),
+        "drop the feature".to_string(),
+    ]
+}
+
 #[test]
 fn bundled_bindings_refuse_headers_whose_structs_differ_from_the_snapshot() {
     // The pinned nccl.h with one more field in ncclConfig_t: the same version number, another struct.
-    let (krate, vars) = crate_with_patched_header("bundled-mismatch", |header| {
+    let stderr = refused_bundled_build("bundled-mismatch", |header| {
         header.replacen(
             "} ncclConfig_t;",
             "  int metraleExtraField;\n} ncclConfig_t;",
             1,
         )
     });
-    // The snapshot alone: beside the default `bindgen`, bindgen's output would be used instead.
-    let out = cargo(
-        &krate,
-        &[
-            "build",
-            "--lib",
-            "--no-default-features",
-            "--features",
-            "bundled-bindings",
-        ],
-        &vars,
+    let size = format!(
+        "bundled-bindings: sizeof(ncclConfig_t) in the headers found differs from the bundled snapshot's \
+         Rust type ({} bytes)",
+        size_of::<snapshot::ncclConfig_t>()
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "built the snapshot against a larger ncclConfig_t"
-    );
-    // The snapshot's own types: whatever headers this test binary was built against.
-    use snapshot::{ncclConfig_t, ncclSimInfo_t};
-    for text in [
-        "bundled-bindings: sizeof(ncclConfig_t) in the headers found differs",
-        &format!(
-            "the size of the bundled snapshot's Rust type (ncclConfig_t: {} bytes, ncclSimInfo_t: {} bytes)",
-            size_of::<ncclConfig_t>(),
-            size_of::<ncclSimInfo_t>()
-        ),
-        "drop the feature",
+    for text in [size].iter().chain(&expected_refusal()) {
+        assert!(
+            stderr.contains(text.as_str()),
+            "expected {text:?} in:\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn bundled_bindings_refuse_a_struct_whose_fields_moved_within_the_same_size() {
+    // The pinned nccl.h with two int fields of ncclConfig_t swapped: the same size, other offsets.
+    let stderr = refused_bundled_build("bundled-reordered", |header| {
+        header.replacen(
+            "  int minCTAs;\n  int maxCTAs;\n",
+            "  int maxCTAs;\n  int minCTAs;\n",
+            1,
+        )
+    });
+    use snapshot::ncclConfig_t;
+    let moved = [
+        ("minCTAs", std::mem::offset_of!(ncclConfig_t, minCTAs)),
+        ("maxCTAs", std::mem::offset_of!(ncclConfig_t, maxCTAs)),
+    ]
+    .map(|(field, offset)| {
+        format!(
+            "bundled-bindings: offsetof(ncclConfig_t, {field}) in the headers found differs from the bundled \
+             snapshot's Rust type ({offset})"
+        )
+    });
+    for text in moved.iter().chain(&expected_refusal()) {
+        assert!(
+            stderr.contains(text.as_str()),
+            "expected {text:?} in:\n{stderr}"
+        );
+    }
+    for unmoved in [
+        "sizeof(ncclConfig_t) in the headers found",
+        "offsetof(ncclConfig_t, blocking)",
     ] {
-        assert!(stderr.contains(text), "expected {text:?} in:\n{stderr}");
+        assert!(
+            !stderr.contains(unmoved),
+            "{unmoved:?} was refused too:\n{stderr}"
+        );
     }
 }
 
@@ -358,17 +410,30 @@ fn bundled_bindings_refuse_headers_whose_structs_differ_from_the_snapshot() {
 /// another form stops the build, naming the macro.
 #[test]
 fn an_initializer_macro_the_shim_cannot_handle_stops_the_build() {
-    let (krate, vars) = crate_with_patched_header("initializer-unhandled", |header| {
-        format!("{header}\n#define NCCL_METRALE_TEST_INITIALIZER(v) {{ v }}\n")
-    });
-    let out = cargo(&krate, &["build", "--lib"], &vars);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "built with an unhandled initializer");
-    for text in [
-        "nccl.h defines the initializer macro NCCL_METRALE_TEST_INITIALIZER(v) as `{ v }`",
-        "which the shim cannot turn into a Default",
+    // Function-like, and object-like with `sizeof(TYPE)` not first: neither says which struct it is for.
+    for (scratch, define, shown) in [
+        (
+            "initializer-unhandled",
+            "#define NCCL_METRALE_TEST_INITIALIZER(v) { v }",
+            "NCCL_METRALE_TEST_INITIALIZER(v) as `{ v }`",
+        ),
+        (
+            "initializer-sizeof-second",
+            "#define NCCL_METRALE_TEST_INITIALIZER { 0, sizeof(ncclConfig_t) }",
+            "NCCL_METRALE_TEST_INITIALIZER as `{ 0, sizeof(ncclConfig_t) }`",
+        ),
     ] {
-        assert!(stderr.contains(text), "expected {text:?} in:\n{stderr}");
+        let (krate, vars) =
+            crate_with_patched_header(scratch, |header| format!("{header}\n{define}\n"));
+        let out = cargo(&krate, &["build", "--lib"], &vars);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "built with {define:?}");
+        for text in [
+            &format!("nccl.h defines the initializer macro {shown}"),
+            "which the shim cannot turn into a Default",
+        ] {
+            assert!(stderr.contains(text), "expected {text:?} in:\n{stderr}");
+        }
     }
 }
 

@@ -1,15 +1,18 @@
 //! A member's side of the rendezvous (every rank but 0, replacements included): one connection to rank
 //! 0 for the process's life, whose messages a thread files in an inbox; the rank reads the inbox.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{Shutdown, TcpStream};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use metrale_gpu_testkit::launcher;
 
-use crate::membership::{lock, shared, wait_until, Order, Shared};
-use crate::protocol::{Held, Message, Plan};
+use crate::gate::backoff::{self, Backoff};
+use crate::gate::line::Lines;
+use crate::gate::token::JobToken;
+use crate::membership::{lock, shared, wait_until, Shared};
+use crate::protocol::{Held, Message, Plan, LINE_CAP};
 
 /// Where a process stands that has no coordinator, and what a production system does instead.
 pub const COORDINATOR_GONE: &str = "rank 0 (the coordinator) is gone: its connection closed. In this example \
@@ -23,21 +26,32 @@ struct Inbox {
     lost: Option<(u64, String)>,
     /// The newest plan.
     plan: Option<Plan>,
-    /// The newest grow: its generation and size.
-    grow: Option<(u64, usize)>,
-    /// Why there is no coordinator any more (its connection ended, or it left this rank out).
+    /// The newest grow: its generation, size, and the round it follows.
+    grow: Option<(u64, usize, usize)>,
+    /// Why there is no coordinator any more (its connection ended, it left this rank out, or it ended
+    /// the job).
     gone: Option<String>,
+}
+
+/// The connection's writing end: the rank's thread and the connection's (`READY`) both write lines.
+type Writer = Arc<Mutex<TcpStream>>;
+
+fn send(conn: &Writer, message: &Message) -> Result<(), String> {
+    let mut conn = conn.lock().unwrap_or_else(PoisonError::into_inner);
+    conn.write_all(format!("{message}\n").as_bytes())
+        .map_err(|e| format!("telling rank 0 {message}: {e} ({COORDINATOR_GONE})"))
 }
 
 /// Dropping it ends the connection, as the process's death does.
 pub struct Client {
-    conn: TcpStream,
+    conn: Writer,
     inbox: Shared<Inbox>,
 }
 
 impl Drop for Client {
     fn drop(&mut self) {
-        let _ = self.conn.shutdown(Shutdown::Both);
+        let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = conn.shutdown(Shutdown::Both);
     }
 }
 
@@ -45,58 +59,84 @@ impl Drop for Client {
 pub struct Joined {
     pub gen: u64,
     pub rank: usize,
-    /// The grown communicator's size: the first world's (a grow restores it), which a replacement
-    /// grows back to after a later loss.
+    /// The grown communicator's size.
     pub size: usize,
+    /// The round the grow follows: the replacement trains from the next one.
+    pub after: usize,
     /// The grow's unique id (hex).
     pub id: String,
 }
 
 impl Client {
-    /// Connects to the coordinator (retrying until `timeout`: it may start later), says `hello`, and
-    /// returns the connection's reader with the first reply.
+    /// Connects to the coordinator (retrying until `timeout`: it may start later), says `hello` with
+    /// `token`, and returns the connection, its lines and the first reply. A connection rank 0 closes
+    /// without a word (it refused it: too many waiting, or the hello was wrong) is tried again until
+    /// `timeout` (`../gate/backoff.rs`).
     fn connect(
         master: &str,
         hello: &Message,
+        token: &JobToken,
         timeout: Duration,
-    ) -> Result<(BufReader<TcpStream>, Message), String> {
+    ) -> Result<(TcpStream, Lines, Message), String> {
         let deadline = Instant::now() + timeout;
-        let mut conn = launcher::connect(master, timeout)?;
-        conn.write_all(format!("{hello}\n").as_bytes())
-            .map_err(|e| format!("{master}: {e}"))?;
-        let left = deadline.saturating_duration_since(Instant::now());
-        conn.set_read_timeout(Some(left.max(Duration::from_millis(1))))
-            .map_err(|e| e.to_string())?;
-        let mut reader = BufReader::new(conn);
-        let mut reply = String::new();
-        match reader.read_line(&mut reply) {
-            Ok(n) if n > 0 => Ok((reader, Message::parse(&reply)?)),
-            Ok(_) => Err(format!(
-                "rank 0 at {master} closed the connection (said {hello})"
-            )),
-            Err(e) => Err(format!(
-                "no answer from rank 0 at {master} within {timeout:?}: {e}"
-            )),
+        let mut backoff = Backoff::until(deadline);
+        let mut connect_within = timeout;
+        loop {
+            let mut conn = launcher::connect(master, connect_within)?;
+            conn.write_all(format!("{}\n", token.hello(&hello.to_string())).as_bytes())
+                .map_err(|e| format!("{master}: {e}"))?;
+            let mut lines = Lines::new(conn.try_clone().map_err(|e| e.to_string())?);
+            match lines.next(LINE_CAP, Some(deadline)) {
+                Ok(Some(reply)) => return Ok((conn, lines, Message::parse(&reply)?)),
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(format!(
+                        "no answer from rank 0 at {master} within {timeout:?}: {e}"
+                    ))
+                }
+            }
+            if !backoff.wait() {
+                return Err(format!(
+                    "rank 0 at {master} closed the connection (said {hello}) {}",
+                    backoff::REFUSED
+                ));
+            }
+            connect_within = backoff.left();
         }
     }
 
-    /// A rank of the first world: its connection stays open; returns the first unique id's hex.
+    /// A rank of the first world: its connection stays open; returns the first unique id's hex. Its
+    /// hello carries this job's token (`JobToken::of_this_job`).
     pub fn hello(master: &str, rank: usize, timeout: Duration) -> Result<(Client, String), String> {
-        match Client::connect(master, &Message::Hello { rank }, timeout)? {
-            (reader, Message::Id { id }) => Ok((Client::listen(reader)?, id)),
-            (_, other) => Err(format!("rank 0 answered {other}, not an id")),
+        let token = JobToken::of_this_job(&format!("rank {rank}"))?;
+        Client::hello_as(master, rank, &token, timeout)
+    }
+
+    /// [`Client::hello`] with `token`.
+    pub fn hello_as(
+        master: &str,
+        rank: usize,
+        token: &JobToken,
+        timeout: Duration,
+    ) -> Result<(Client, String), String> {
+        match Client::connect(master, &Message::Hello { rank }, token, timeout)? {
+            (conn, lines, Message::Id { id }) => Ok((Client::listen(conn, lines), id)),
+            (_, _, other) => Err(format!("rank 0 answered {other}, not an id")),
         }
     }
 
     /// A replacement: waits (up to `timeout`) for its place in the next grow.
     pub fn join(master: &str, timeout: Duration) -> Result<(Client, Joined), String> {
-        match Client::connect(master, &Message::Join, timeout)? {
+        let token = JobToken::of_this_job("replacement")?;
+        match Client::connect(master, &Message::Join, &token, timeout)? {
             (
-                reader,
+                conn,
+                lines,
                 Message::GrowId {
                     gen,
                     rank,
                     size,
+                    after,
                     id,
                 },
             ) => {
@@ -104,22 +144,25 @@ impl Client {
                     gen,
                     rank,
                     size,
+                    after,
                     id,
                 };
-                Ok((Client::listen(reader)?, joined))
+                Ok((Client::listen(conn, lines), joined))
             }
-            (_, other) => Err(format!("rank 0 answered {other}, not a grow id")),
+            (_, _, Message::End { why }) => Err(format!("rank 0 ended the job: {why}")),
+            (_, _, other) => Err(format!("rank 0 answered {other}, not a grow id")),
         }
     }
 
     /// From now on a thread files the coordinator's messages in the inbox.
-    fn listen(reader: BufReader<TcpStream>) -> Result<Client, String> {
-        let conn = reader.get_ref().try_clone().map_err(|e| e.to_string())?;
-        conn.set_read_timeout(None).map_err(|e| e.to_string())?;
+    fn listen(conn: TcpStream, mut lines: Lines) -> Client {
+        let conn = Arc::new(Mutex::new(conn));
+        let answer = Arc::clone(&conn);
         let inbox = shared(Inbox::default());
         let filed = Arc::clone(&inbox);
         std::thread::spawn(move || {
-            for line in reader.lines().map_while(Result::ok) {
+            // Each line at most LINE_CAP bytes; an error (a longer one) is the connection's end.
+            while let Ok(Some(line)) = lines.next(LINE_CAP, None) {
                 let mut i = lock(&filed);
                 match Message::parse(&line) {
                     Ok(Message::Recover { gen, why }) => {
@@ -128,9 +171,18 @@ impl Client {
                         }
                     }
                     Ok(Message::Plan(plan)) => i.plan = Some(plan),
-                    Ok(Message::Grow { gen, size }) => i.grow = Some((gen, size)),
+                    // Filed before the answer: rank 0 starts the round the grow follows only once
+                    // every member answered, so the rank reads the order when it finishes it.
+                    Ok(Message::Grow { gen, size, after }) => {
+                        i.grow = Some((gen, size, after));
+                        // A failure is the connection's end, which this thread reads next.
+                        let _ = send(&answer, &Message::Ready { gen });
+                    }
                     Ok(Message::Excluded { why }) => {
                         i.gone = Some(format!("rank 0 left this rank out: {why}"))
+                    }
+                    Ok(Message::End { why }) => {
+                        i.gone = Some(format!("rank 0 ended the job: {why}"))
                     }
                     Ok(other) => eprintln!("unexpected message from rank 0: {other}"),
                     Err(e) => eprintln!("from rank 0: {e}"),
@@ -143,13 +195,11 @@ impl Client {
                 .get_or_insert(COORDINATOR_GONE.to_string());
             filed.1.notify_all();
         });
-        Ok(Client { conn, inbox })
+        Client { conn, inbox }
     }
 
     fn send(&self, message: &Message) -> Result<(), String> {
-        (&self.conn)
-            .write_all(format!("{message}\n").as_bytes())
-            .map_err(|e| format!("telling rank 0 {message}: {e} ({COORDINATOR_GONE})"))
+        send(&self.conn, message)
     }
 
     /// Why generation `gen` must be given up on: the coordinator declared it lost, or is gone.
@@ -185,20 +235,12 @@ impl Client {
         })
     }
 
-    /// On generation `gen` below full size: waits (up to `timeout`) for the grow, or the news that
-    /// `gen` is lost.
-    pub fn await_grow(&self, gen: u64, timeout: Duration) -> Result<Order, String> {
-        let lost = |i: &Inbox| i.lost.as_ref().is_some_and(|(g, _)| *g >= gen);
-        let grown = |i: &Inbox| i.grow.is_some_and(|(g, _)| g > gen);
-        let (i, _) = wait_until(&self.inbox, Instant::now() + timeout, |i| {
-            i.gone.is_some() || lost(i) || grown(i)
-        });
-        match (i.grow, &i.gone) {
-            (Some((g, size)), _) if g > gen => Ok(Order::Grow { gen: g, size }),
-            _ if lost(&i) => Ok(Order::Recover { gen }),
-            (_, Some(gone)) => Err(gone.clone()),
-            _ => Err(format!("rank 0 sent no grow within {timeout:?}")),
-        }
+    /// The grow rank 0 announced for after round `step` on generation `gen`: its generation and size.
+    pub fn grow_after(&self, gen: u64, step: usize) -> Option<(u64, usize)> {
+        let i = lock(&self.inbox);
+        i.grow
+            .filter(|&(g, _, after)| g == gen + 1 && after == step)
+            .map(|(g, size, _)| (g, size))
     }
 
     /// Says `DONE`: the end of this connection is no death.

@@ -1,4 +1,4 @@
-//! The NCCL side of the example: non-blocking communicators, every wait bounded by the crate's watchdog
+//! The NCCL side of the example: non-blocking communicators, every wait bounded by metrale-gpu-watchdog
 //! and cancelled by the rendezvous's news; the checked all-reduce (its wait revokes on failure), the
 //! init, the shrink and the grow (their waits abort on failure).
 
@@ -8,8 +8,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use metrale_gpu_sys::cuda::{self, CUdeviceptr, CUstream};
 use metrale_gpu_sys::nccl::*;
-use metrale_gpu_sys::watchdog::{
-    CommWork, GiveUp, GiveUpError, Poll, WaitError, Watchdog, Watched,
+use metrale_gpu_watchdog::{
+    CommWork, Communicator, GiveUp, GiveUpError, Poll, WaitError, Watchdog, Watched,
 };
 
 use crate::bounded;
@@ -51,44 +51,31 @@ pub enum Outcome {
     Lost(Lost),
 }
 
-/// A wait on generation `gen`'s work: the communicator and stream (the crate's [`CommWork`]), then the
-/// rendezvous, whose news that `gen` is lost cancels the wait at once.
+/// A wait on generation `gen`'s work: the communicator and stream (the watchdog's [`CommWork`]), then
+/// the rendezvous, whose news that `gen` is lost cancels the wait at once.
 struct Watch<'a> {
-    work: CommWork,
-    /// The communicator `work` holds, for a bounded abort.
-    comm: NcclComm,
+    work: CommWork<'a>,
     who: &'a Membership,
     gen: u64,
     /// An idle communicator: nothing to finish, so the news comes first.
     idle: bool,
     given_up_at: Option<Instant>,
     /// Set for a communicator whose init job may be stuck in NCCL's bootstrap (a grow's): its abort
-    /// joins that job, so it runs on a thread of its own within this bound (`abort_bounded`).
+    /// joins that job, so it runs on a thread of its own within this bound (`abort_bounded`), which
+    /// takes the handle from the communicator (never touched again here).
     abort_bound: Option<Duration>,
-    /// Handed to such an abort: never touched again here.
-    handed_off: bool,
 }
 
 impl<'a> Watch<'a> {
-    /// # Safety
-    /// `comm` (and `stream`) are live and used by this thread alone while the watch is polled.
-    unsafe fn new(comm: NcclComm, stream: Option<CUstream>, who: &'a Membership, gen: u64) -> Self {
+    fn new(work: CommWork<'a>, who: &'a Membership, gen: u64) -> Self {
         Watch {
-            // SAFETY: the caller's promise.
-            work: unsafe { CommWork::new(comm, stream) },
-            comm,
+            work,
             who,
             gen,
             idle: false,
             given_up_at: None,
             abort_bound: None,
-            handed_off: false,
         }
-    }
-
-    /// True once it was aborted (or handed to a bounded abort), or NCCL refused its handle.
-    fn given_up(&self) -> bool {
-        self.handed_off || self.work.is_abandoned()
     }
 
     /// What a failed wait means: the work is lost and the communicator held as `held`, or (NCCL
@@ -119,7 +106,7 @@ impl<'a> Watch<'a> {
 
 impl Watched for Watch<'_> {
     fn poll(&mut self) -> Poll {
-        if self.handed_off {
+        if self.work.is_abandoned() {
             return Poll::Abandoned;
         }
         let news = |watch: &Self| watch.who.lost(watch.gen).map(Poll::Cancel);
@@ -136,33 +123,27 @@ impl Watched for Watch<'_> {
     fn abort(&mut self) -> Result<(), GpuError> {
         self.given_up_at.get_or_insert_with(Instant::now);
         match self.abort_bound {
-            // Handed off before: nothing to do, nothing to touch.
-            _ if self.handed_off => Ok(()),
-            Some(bound) if !self.work.is_abandoned() => {
-                self.handed_off = true;
-                abort_bounded(self.comm, bound);
+            // Taken from the communicator (which is then abandoned: nothing else touches it) for an
+            // abort on a thread of its own; given up on before: nothing to take, nothing to do.
+            Some(bound) => {
+                if let Some(comm) = self.work.communicator().take_raw() {
+                    abort_bounded(comm, bound);
+                }
                 Ok(())
             }
-            _ => self.work.abort(),
+            None => self.work.abort(),
         }
     }
 
     fn revoke(&mut self) -> Result<(), GiveUpError> {
-        if self.handed_off {
+        if self.work.is_abandoned() {
             return Err(GiveUpError::CannotRevoke);
         }
         self.given_up_at = Some(Instant::now());
         self.work.revoke()
     }
 
-    fn poll_revoked(&mut self) -> Result<bool, GpuError> {
-        if self.handed_off {
-            return Err(GpuError::from(WaitError::Abandoned {
-                context: "the communicator handed to a bounded abort".into(),
-                others: None,
-                abort_error: None,
-            }));
-        }
+    fn poll_revoked(&mut self) -> Poll {
         self.work.poll_revoked()
     }
 }
@@ -194,10 +175,18 @@ pub fn init(
         check_nccl(res, "ncclCommInitRankConfig").map_err(|e| e.to_string())?;
         return Err("ncclCommInitRankConfig returned no communicator".into());
     }
-    // SAFETY: the handle the init returned, used by this thread alone.
-    let mut watch = unsafe { Watch::new(comm, None, who, gen) };
-    settle(res, &mut watch, "ncclCommInitRankConfig", limit)?;
-    Ok(comm)
+    // SAFETY: the handle the init returned, owned here until the wait returns; used by this thread
+    // alone.
+    let mut owned = unsafe { Communicator::from_raw(comm) };
+    settle(
+        res,
+        &mut Watch::new(CommWork::new(&mut owned), who, gen),
+        "ncclCommInitRankConfig",
+        limit,
+    )?;
+    owned
+        .into_raw()
+        .ok_or_else(|| "ncclCommInitRankConfig: the communicator was given up on".into())
 }
 
 /// Where NCCL writes a new communicator's handle: its init job may write it from its own thread after
@@ -207,10 +196,11 @@ fn new_handle_cell() -> &'static AtomicPtr<ncclComm> {
     Box::leak(Box::new(AtomicPtr::new(std::ptr::null_mut())))
 }
 
-/// Aborts `comm` (if any) unless a wait already gave up on it: where a recovery step failed.
-fn abort_unless_given_up(comm: NcclComm, given_up: bool) {
-    if !given_up {
-        abort_all(&[comm]);
+/// Aborts `comm` unless a wait already gave up on it (then nothing is called): where a recovery step
+/// failed. A failure to abort is said, not returned (the step's own error is the one that counts).
+fn abort_owned(comm: Communicator) {
+    if let Err(e) = comm.abort() {
+        eprintln!("warning: {e}");
     }
 }
 
@@ -268,33 +258,44 @@ pub fn shrink(
         )
     };
     // Non-blocking: the parent reports the shrink's progress; the new handle is set once it is done.
-    // SAFETY: the rank's parent communicator, used by this thread alone.
-    let mut on_parent = unsafe { Watch::new(parent, None, who, gen) };
-    let parent_done = settle(res, &mut on_parent, "ncclCommShrink", limit);
+    // SAFETY: the rank's parent communicator, owned here from now on (released below); used by this
+    // thread alone.
+    let mut parent = unsafe { Communicator::from_raw(parent) };
+    let on_parent = &mut Watch::new(CommWork::new(&mut parent), who, gen);
+    let parent_done = settle(res, on_parent, "ncclCommShrink", limit);
     // Settled, or aborted (which ends the shrink's job): the job has written the handle if it made one.
     let shrunk = cell.load(Ordering::Acquire);
-    let mut child_given_up = false;
     let result = match (parent_done, shrunk.is_null()) {
-        (Err(e), _) => Err(e),
+        (Err(e), true) => Err(e),
         (Ok(()), true) => Err("ncclCommShrink made no communicator".to_string()),
-        (Ok(()), false) => {
-            // SAFETY: the handle the shrink made, used by this thread alone.
-            let mut on_child = unsafe { Watch::new(shrunk, None, who, gen) };
-            let ready = settle(
-                NcclResult::ncclInProgress,
-                &mut on_child,
-                "the shrunk communicator",
-                limit,
-            );
-            child_given_up = on_child.work.is_abandoned();
-            ready
+        (parent_done, false) => {
+            // SAFETY: the handle the shrink made, owned here until it is returned or released; used
+            // by this thread alone.
+            let mut child = unsafe { Communicator::from_raw(shrunk) };
+            let ready = parent_done.and_then(|()| {
+                let on_child = &mut Watch::new(CommWork::new(&mut child), who, gen);
+                settle(
+                    NcclResult::ncclInProgress,
+                    on_child,
+                    "the shrunk communicator",
+                    limit,
+                )
+            });
+            match ready {
+                Ok(()) => Ok(child),
+                Err(e) => {
+                    abort_owned(child);
+                    Err(e)
+                }
+            }
         }
     };
-    if result.is_err() {
-        abort_unless_given_up(shrunk, child_given_up);
-    }
-    abort_unless_given_up(parent, on_parent.work.is_abandoned());
-    result.map(|()| shrunk)
+    abort_owned(parent);
+    result.and_then(|child| {
+        child
+            .into_raw()
+            .ok_or_else(|| "the shrunk communicator was given up on".into())
+    })
 }
 
 /// A communicator, or the caller's CUDA context, handed to the thread of a bounded call
@@ -435,12 +436,15 @@ pub fn grow(
             Ok(()) => "ncclCommGrow returned no communicator".to_string(),
         }),
         false => {
-            // SAFETY: the handle the grow made, used by this thread alone.
-            let mut watch = unsafe { Watch::new(grown, None, who, gen) };
+            // SAFETY: the handle the grow made, owned here until the wait returns; used by this
+            // thread alone.
+            let mut owned = unsafe { Communicator::from_raw(grown) };
+            let mut watch = Watch::new(CommWork::new(&mut owned), who, gen);
             watch.abort_bound = Some(grow_abort_bound(limit));
             let left = limit.saturating_sub(start.elapsed());
             let ready = settle(res, &mut watch, "ncclCommGrow", left);
-            if ready.is_err() && !watch.given_up() {
+            // Not given up on (a wait's abort takes the handle): aborted here, within the same bound.
+            if let (Err(_), Some(grown)) = (&ready, owned.take_raw()) {
                 abort_bounded(grown, grow_abort_bound(limit));
             }
             ready
@@ -477,8 +481,10 @@ pub fn give_up_idle(
     deadline: Duration,
 ) -> Result<Lost, String> {
     let start = Instant::now();
-    // SAFETY: the rank's idle communicator, used by this thread alone.
-    let mut watch = unsafe { Watch::new(comm, None, who, gen) };
+    // SAFETY: the rank's idle communicator, owned here until the wait returns; used by this thread
+    // alone.
+    let mut comm = unsafe { Communicator::from_raw(comm) };
+    let mut watch = Watch::new(CommWork::new(&mut comm), who, gen);
     watch.idle = true;
     match Watchdog::revoke_after(deadline).wait(&mut [&mut watch], "the idle communicator") {
         Ok(()) => Err(format!(
@@ -569,8 +575,12 @@ impl Gpu {
         // SAFETY: the buffer holds COUNT floats on this communicator's device, the stream is that
         // device's; the upload is queued before the all-reduce on the same stream.
         let res = unsafe { ncclAllReduce(ptr, ptr, COUNT, f32, sum, comm, self.stream) };
-        // SAFETY: the rank's live communicator and stream, used by this thread alone.
-        let mut watch = unsafe { Watch::new(comm, Some(self.stream), who, gen) };
+        // SAFETY: the rank's live communicator, owned here until the wait returns; used by this thread
+        // alone.
+        let mut comm = unsafe { Communicator::from_raw(comm) };
+        // SAFETY: the rank's own live stream, used by this thread alone.
+        let work = unsafe { CommWork::on_stream(&mut comm, self.stream) };
+        let mut watch = Watch::new(work, who, gen);
         let dog = Watchdog::revoke_after(deadline);
         let waited = dog
             .check_on(res, &mut watch, "ncclAllReduce")

@@ -1,22 +1,33 @@
 //! Rank 0's side of the rendezvous: who is a member (in the current generation's rank order), who
-//! died, how each survivor holds a lost generation, and the plan they all follow.
+//! died, how each survivor holds a lost generation, the plan they all follow, and the grows.
 //!
 //! A generation is lost when a member's connection ends without `DONE` (the kernel closes a dead
-//! process's sockets, even after SIGKILL), when a member says `DONE` below full size, when a member
-//! reports losing it, or when rank 0 does: the coordinator then tells every live member (`RECOVER`).
-//! Agreement: rank 0 waits until every live member has said how it holds the lost generation, at most
-//! the report bound; a member silent past it is treated as dead (told `EXCLUDED`, its connection
-//! closed), so a survivor never waits on a rank that fails during recovery. One dead set follows, and
-//! one plan for all: shrink when every survivor holds the lost communicator revoked and someone died,
-//! else a new communicator from a new unique id.
+//! process's sockets, even after SIGKILL), when a member reports losing it (or an older one: a rank that
+//! gave up on its parent cannot be in the grown generation either), or when rank 0 does: the
+//! coordinator then tells every live member (`RECOVER`). Agreement: rank 0 waits until every live
+//! member has said how it holds a generation up to the lost one, at most the report bound. A member that
+//! reports is a survivor, whatever generation it was still on (checking the one before a grow, say):
+//! only a closed connection or silence past the bound makes a rank dead (a silent one is told
+//! `EXCLUDED`, its connection closed), so a survivor never waits on a rank that fails during recovery
+//! and no live rank that answers is left out. One dead set follows, and one plan for all: shrink when
+//! every survivor holds the lost communicator itself revoked and someone died, else a new communicator
+//! from a new unique id; or, with fewer survivors than the minimum, the end (`END`) for every one.
+//!
+//! Grows happen while the world trains: at a round boundary rank 0 takes every waiting replacement
+//! (up to the first world's size), makes the grow id, tells the members to grow after the next round
+//! and waits until each has the order (`READY`) before it starts that round: no member can finish the
+//! round without rank 0, so every member holds the order when it does.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::gate::door::{Door, Ticket};
+use crate::gate::line::Lines;
+use crate::gate::token::JobToken;
 use crate::membership::{lock, shared, wait_until, NewId, Order, Shared};
-use crate::protocol::{rank_list, Held, How, Message, Plan};
+use crate::protocol::{rank_list, Held, How, Message, Plan, LINE_CAP};
 
 /// A member of the current generation, in rank order; rank 0 itself has no connection.
 struct Member {
@@ -25,8 +36,10 @@ struct Member {
     /// `HELLO`.
     key: Option<u64>,
     alive: bool,
-    /// How it holds the generation it last reported lost.
+    /// The generation it last reported lost, and how it holds it.
     held: Option<(u64, Held)>,
+    /// It has the announced grow's order (`READY`), or needs none (rank 0, a replacement).
+    ready: bool,
     done: bool,
 }
 
@@ -37,6 +50,7 @@ impl Member {
             key,
             alive: true,
             held: None,
+            ready: true,
             done: false,
         }
     }
@@ -48,9 +62,9 @@ impl Member {
         }
     }
 
-    /// Leaves it out: tells it why and closes its connection.
-    fn exclude(&mut self, why: &str) {
-        self.send(&Message::Excluded { why: why.into() });
+    /// Tells it `message` (why it is left out, or why the job ends) and closes its connection.
+    fn dismiss(&mut self, message: &Message) {
+        self.send(message);
         if let Some(conn) = self.conn.take() {
             let _ = conn.shutdown(Shutdown::Both);
         }
@@ -58,16 +72,28 @@ impl Member {
     }
 }
 
+/// A grow told to the members: after round `after` they grow to `size`, generation `gen`.
+#[derive(Clone, Copy)]
+struct Announced {
+    gen: u64,
+    size: usize,
+    after: usize,
+}
+
 struct Roster {
     members: Vec<Member>,
-    /// The generation the members are on, or making.
+    /// The newest generation: the one the members are on, or making, or growing to.
     gen: u64,
     /// The newest generation declared lost, and why.
     lost: Option<(u64, String)>,
     /// Replacements that said `JOIN`, in order, waiting for the next grow.
     joiners: Vec<(u64, TcpStream)>,
-    /// The first world's size: what grows restore.
+    /// The first world's size: the most a grow restores.
     world: usize,
+    /// The fewest survivors the job goes on with (`--min-size`).
+    min: usize,
+    /// The grow announced for `gen`, if any.
+    grow: Option<Announced>,
     /// The first unique id, for `HELLO`.
     id: String,
 }
@@ -77,9 +103,13 @@ impl Roster {
         self.members.iter().position(|m| m.key == Some(key))
     }
 
+    fn is_lost(&self, gen: u64) -> bool {
+        self.lost.as_ref().is_some_and(|(g, _)| *g >= gen)
+    }
+
     /// Declares generation `gen` lost (once) and tells every live member.
     fn declare_lost(&mut self, gen: u64, why: String) {
-        if self.lost.as_ref().is_some_and(|(g, _)| *g >= gen) {
+        if self.is_lost(gen) {
             return;
         }
         let message = Message::Recover {
@@ -112,33 +142,43 @@ impl Roster {
             .rank_of(key)
             .ok_or(format!("{message} from a connection that is no member"))?;
         match message {
-            Message::Lost { gen, held } => {
+            // Any generation up to the newest: a member still on the parent of an announced grow
+            // that gave its parent up cannot grow, so the newest is lost as well.
+            Message::Lost { gen, held } if gen <= self.gen => {
                 self.members[rank].held = Some((gen, held));
-                if gen == self.gen {
-                    self.declare_lost(gen, format!("rank {rank} lost generation {gen}"));
-                }
+                let newest = self.gen;
+                self.declare_lost(newest, format!("rank {rank} lost generation {gen}"));
             }
-            // Below full size a rank's end leaves the communicator short all the same: a death, told
-            // at once (the generation is lost; rank 0's grow id would send to it in vain), not a
-            // silence the report window finds.
-            Message::Done if self.members.len() < self.world => {
-                let gen = self.gen;
-                let why = format!(
-                    "rank {rank} of generation {gen} finished below the full size ({} of {} ranks)",
-                    self.members.len(),
-                    self.world
-                );
-                self.members[rank].exclude(&format!("{why}: treated as dead"));
-                self.declare_lost(gen, why);
-            }
+            Message::Ready { gen } if gen == self.gen => self.members[rank].ready = true,
+            // The order of a grow already lost: nothing waits for it.
+            Message::Ready { .. } => {}
             Message::Done => self.members[rank].done = true,
             other => {
                 return Err(format!(
-                    "rank {rank} sent {other}, which members never send"
+                    "rank {rank} sent {other}, which members never send (on generation {})",
+                    self.gen
                 ))
             }
         }
         Ok(())
+    }
+
+    /// The job ends for every live member and waiting replacement, with `why`.
+    fn end(&mut self, why: &str) {
+        let message = Message::End { why: why.into() };
+        for m in self.members.iter_mut().filter(|m| m.alive) {
+            m.dismiss(&message);
+        }
+        self.end_joiners(why);
+    }
+
+    /// Every waiting replacement is told `why` there is nothing to join, and let go.
+    fn end_joiners(&mut self, why: &str) {
+        let message = Message::End { why: why.into() };
+        for (_, mut conn) in self.joiners.drain(..) {
+            let _ = conn.write_all(format!("{message}\n").as_bytes());
+            let _ = conn.shutdown(Shutdown::Both);
+        }
     }
 }
 
@@ -146,12 +186,28 @@ impl Roster {
 pub struct Coordinator {
     roster: Shared<Roster>,
     port: u16,
+    /// Who may connect (`../gate`), and whom it refused.
+    door: Arc<Door>,
 }
 
 impl Coordinator {
     /// Listens on the port of `master` (every interface, as torchrun does; port 0 picks one) for the
-    /// other `world - 1` ranks of the first world, to be handed `id`, and for replacements.
-    pub fn listen(master: &str, world: usize, id: &str) -> Result<Coordinator, String> {
+    /// other `world - 1` ranks of the first world, to be handed `id`, and for replacements: those whose
+    /// hello carries this job's token (`JobToken::of_this_job`). The job goes on as long as at least
+    /// `min` ranks survive.
+    pub fn listen(master: &str, world: usize, min: usize, id: &str) -> Result<Coordinator, String> {
+        let token = JobToken::of_this_job("rank 0")?;
+        Coordinator::listen_for(master, world, min, id, token)
+    }
+
+    /// [`Coordinator::listen`], admitting hellos that carry `token`.
+    pub fn listen_for(
+        master: &str,
+        world: usize,
+        min: usize,
+        id: &str,
+        token: JobToken,
+    ) -> Result<Coordinator, String> {
         let port = master
             .rsplit_once(':')
             .and_then(|(_, p)| p.parse::<u16>().ok())
@@ -167,11 +223,14 @@ impl Coordinator {
             lost: None,
             joiners: Vec::new(),
             world,
+            min,
+            grow: None,
             id: id.to_string(),
         });
-        let accepted = Arc::clone(&roster);
-        std::thread::spawn(move || accept_loop(listener, accepted));
-        Ok(Coordinator { roster, port })
+        let door = Door::new("rank 0", token, crate::gate::pending_cap(world));
+        let (accepted, admits) = (Arc::clone(&roster), Arc::clone(&door));
+        std::thread::spawn(move || accept_loop(listener, accepted, admits));
+        Ok(Coordinator { roster, port, door })
     }
 
     /// The port it listens on.
@@ -184,7 +243,8 @@ impl Coordinator {
         let connected = |r: &Roster| r.members.iter().all(|m| m.key.is_some());
         let ok = wait_until(&self.roster, Instant::now() + timeout, connected).1;
         ok.then_some(()).ok_or(format!(
-            "rank 0 waited {timeout:?} for every rank to connect"
+            "rank 0 waited {timeout:?} for every rank to connect{}",
+            self.door.refusals()
         ))
     }
 
@@ -197,38 +257,48 @@ impl Coordinator {
             .map(|(_, why)| format!("the rendezvous: {why}"))
     }
 
-    /// Rank 0 lost generation `gen` and holds it as `mine`: agreement (see the module's docs), then the
-    /// plan, sent to every survivor; rank 0's own part of it.
+    /// How many ranks the world lacks of the first world's size.
+    pub fn missing(&self) -> usize {
+        let r = lock(&self.roster);
+        r.world.saturating_sub(r.members.len())
+    }
+
+    /// Rank 0 lost generation `gen` (its own; the members' newest may be the grow after it) and holds it
+    /// as `mine`, at round `step`: agreement (see the module's docs), then the plan, sent to every
+    /// survivor; rank 0's own part of it. Below the minimum, the end for all, and its reason.
     pub fn recover(
         &self,
-        gen: u64,
-        mine: Held,
+        (gen, mine): (u64, Held),
+        step: usize,
         report_bound: Duration,
         new_id: NewId,
     ) -> Result<Plan, String> {
         let deadline = Instant::now() + report_bound;
-        {
+        let lost = {
             let mut r = lock(&self.roster);
-            if r.gen != gen {
+            if gen > r.gen {
                 return Err(format!(
                     "rank 0 recovers generation {gen}, but the members are on {}",
                     r.gen
                 ));
             }
-            r.declare_lost(gen, format!("rank 0 lost generation {gen}"));
+            let lost = r.gen;
+            r.declare_lost(lost, format!("rank 0 lost generation {gen}"));
             r.members[0].held = Some((gen, mine));
-        }
-        let reported = |r: &Roster| {
-            r.members
-                .iter()
-                .all(|m| !m.alive || m.held.is_some_and(|(g, _)| g == gen))
+            lost
         };
-        let (mut r, _) = wait_until(&self.roster, deadline, reported);
-        let why = format!("no report on generation {gen} within {report_bound:?}: treated as dead");
-        for m in r.members.iter_mut().filter(|m| m.alive) {
-            if m.held.is_none_or(|(g, _)| g != gen) {
-                m.exclude(&why);
-            }
+        // A report on any generation up to the lost one: a member on the parent of a grow has none
+        // other to give.
+        let reported = |m: &Member| m.held.is_some_and(|(g, _)| g <= lost);
+        // One that said `DONE` (it finished the last round before the loss reached it) will not
+        // report: it is dead to the new generation at once.
+        let (mut r, _) = wait_until(&self.roster, deadline, |r| {
+            r.members.iter().all(|m| !m.alive || m.done || reported(m))
+        });
+        let why =
+            format!("no report on generation {lost} within {report_bound:?}: treated as dead");
+        for m in r.members.iter_mut().filter(|m| m.alive && !reported(m)) {
+            m.dismiss(&Message::Excluded { why: why.clone() });
         }
         let dead: Vec<usize> = (0..r.members.len())
             .filter(|&i| !r.members[i].alive)
@@ -236,11 +306,23 @@ impl Coordinator {
         let survivors: Vec<usize> = (0..r.members.len())
             .filter(|&i| r.members[i].alive)
             .collect();
+        if survivors.len() < r.min {
+            let why = format!(
+                "generation {lost} left {} live rank(s), fewer than --min-size {}: the job cannot go on \
+                 (dead: ranks {} of generation {lost})",
+                survivors.len(),
+                r.min,
+                rank_list(&dead)
+            );
+            r.end(&why);
+            return Err(why);
+        }
+        // Shrink needs the lost communicator itself, revoked, on every survivor, and someone to leave
+        // out; anything else gets a new unique id (made with the lock released: rank 0's NCCL, not
+        // the rendezvous).
         let all_revoked = survivors
             .iter()
-            .all(|&i| r.members[i].held == Some((gen, Held::Revoked)));
-        // Shrink needs a revoked parent on every survivor and someone to leave out; anything else gets
-        // a new unique id (made with the lock released: rank 0's NCCL, not the rendezvous).
+            .all(|&i| r.members[i].held == Some((lost, Held::Revoked)));
         let how = match all_revoked && !dead.is_empty() {
             true => How::Shrink { exclude: dead },
             false => {
@@ -254,9 +336,10 @@ impl Coordinator {
         let mut own = None;
         for (rank, &old) in survivors.iter().enumerate() {
             let plan = Plan {
-                gen: gen + 1,
+                gen: lost + 1,
                 rank,
                 size,
+                step,
                 how: how.clone(),
             };
             match old {
@@ -273,75 +356,127 @@ impl Coordinator {
             .collect();
         for m in r.members.iter_mut() {
             m.held = None;
+            m.ready = true;
         }
-        r.gen = gen + 1;
+        r.gen = lost + 1;
+        r.grow = None;
         if let Some(rank) = r.members.iter().position(|m| !m.alive) {
             r.declare_lost(
-                gen + 1,
-                format!("rank {rank} of generation {} died", gen + 1),
+                lost + 1,
+                format!("rank {rank} of generation {} died", lost + 1),
             );
         }
         own.ok_or("rank 0 is no survivor of its own plan".to_string())
     }
 
-    /// After a recovery below full size: waits (up to `timeout`) for as many replacements as the first
-    /// world lacks, then tells the members to grow and each replacement its rank, in order; or, if
-    /// generation `gen` is lost meanwhile, says so. `grow_id` makes the grow's unique id; its failure
-    /// loses `gen` (the members are told to recover; the replacements wait for the next grow).
-    pub fn await_grow(&self, gen: u64, timeout: Duration, grow_id: NewId) -> Result<Order, String> {
-        let need = {
+    /// At the boundary before round `after` on generation `gen`: if replacements wait (and the world
+    /// lacks ranks), takes all of them that fit, makes the grow id with `grow_id`, tells the members to
+    /// grow after round `after` and each replacement its rank, in order, and waits (up to
+    /// `ready_bound`) until every member has the order. `None`: no grow (nobody waits, or one was
+    /// announced already). `Order::Grow`: announced, made after round `after`. `Order::Recover`: `gen`
+    /// was lost meanwhile, or a member did not answer in time. `Order::NoGrowId`: the id failed.
+    pub fn offer_grow(
+        &self,
+        gen: u64,
+        after: usize,
+        ready_bound: Duration,
+        grow_id: NewId,
+    ) -> Result<Option<Order>, String> {
+        {
             let r = lock(&self.roster);
-            r.world.saturating_sub(r.members.len())
-        };
-        let lost = |r: &Roster| r.lost.as_ref().is_some_and(|(g, _)| *g >= gen);
-        let (r, _) = wait_until(&self.roster, Instant::now() + timeout, |r| {
-            lost(r) || r.joiners.len() >= need
-        });
-        if lost(&r) {
-            return Ok(Order::Recover { gen });
+            if r.is_lost(gen) {
+                return Ok(Some(Order::Recover { gen }));
+            }
+            let fit = r.world.saturating_sub(r.members.len());
+            if r.gen != gen || r.joiners.is_empty() || fit == 0 {
+                return Ok(None);
+            }
         }
-        if r.joiners.len() < need {
-            return Err(format!(
-                "rank 0 waited {timeout:?} for {need} replacement(s) to --join (has {})",
-                r.joiners.len()
-            ));
-        }
-        drop(r);
         let made = grow_id();
         let mut r = lock(&self.roster);
         let id = match made {
             Ok(id) => id,
             Err(why) => {
                 r.declare_lost(gen, format!("rank 0 could not make the grow id: {why}"));
-                return Ok(Order::NoGrowId { gen, why });
+                return Ok(Some(Order::NoGrowId { gen, why }));
             }
         };
-        if lost(&r) {
-            return Ok(Order::Recover { gen });
+        if r.is_lost(gen) {
+            return Ok(Some(Order::Recover { gen }));
         }
-        let size = r.members.len() + need;
+        let take = r.joiners.len().min(r.world.saturating_sub(r.members.len()));
+        if take == 0 {
+            // The replacements left while the id was made, which NCCL sent already: a grow with it
+            // would read a stale id later, so the members make a new communicator instead.
+            let why = "every replacement left while rank 0 made the grow id".to_string();
+            r.declare_lost(gen, why.clone());
+            return Ok(Some(Order::Recover { gen }));
+        }
+        let size = r.members.len() + take;
         let next = gen + 1;
-        for m in r.members.iter_mut() {
-            m.send(&Message::Grow { gen: next, size });
+        let grow = Message::Grow {
+            gen: next,
+            size,
+            after,
+        };
+        for m in r.members.iter_mut().skip(1).filter(|m| m.alive) {
+            m.ready = false;
+            m.send(&grow);
         }
-        let joiners: Vec<(u64, TcpStream)> = r.joiners.drain(..need).collect();
+        let joiners: Vec<(u64, TcpStream)> = r.joiners.drain(..take).collect();
         for (key, conn) in joiners {
             let mut member = Member::new(Some(conn), Some(key));
             member.send(&Message::GrowId {
                 gen: next,
                 rank: r.members.len(),
                 size,
+                after,
                 id: id.clone(),
             });
             r.members.push(member);
         }
         r.gen = next;
-        Ok(Order::Grow { gen: next, size })
+        r.grow = Some(Announced {
+            gen: next,
+            size,
+            after,
+        });
+        drop(r);
+        let (mut r, ready) = wait_until(&self.roster, Instant::now() + ready_bound, |r| {
+            r.is_lost(next) || r.members.iter().all(|m| !m.alive || m.ready)
+        });
+        if !ready {
+            let late: Vec<usize> = (0..r.members.len())
+                .filter(|&i| r.members[i].alive && !r.members[i].ready)
+                .collect();
+            let why = format!(
+                "ranks {} did not confirm the grow to generation {next} within {ready_bound:?}",
+                rank_list(&late)
+            );
+            r.declare_lost(next, why);
+        }
+        Ok(Some(match r.is_lost(next) {
+            true => Order::Recover { gen },
+            false => Order::Grow {
+                gen: next,
+                size,
+                after,
+            },
+        }))
+    }
+
+    /// The grow announced for after round `step` on generation `gen`: its generation and size.
+    pub fn grow_after(&self, gen: u64, step: usize) -> Option<(u64, usize)> {
+        let r = lock(&self.roster);
+        r.grow
+            .filter(|g| g.gen == gen + 1 && g.after == step)
+            .map(|g| (g.gen, g.size))
     }
 
     /// Waits (up to `timeout`) until every other member said `DONE` or ended, so that none of them reads
-    /// rank 0's end as a death.
+    /// rank 0's end as a death; replacements still waiting are told the job is over.
     pub fn finish(&self, timeout: Duration) -> Result<(), String> {
+        lock(&self.roster).end_joiners("the job finished before this replacement could join");
         let (r, ok) = wait_until(&self.roster, Instant::now() + timeout, |r| {
             r.members[1..].iter().all(|m| m.done || !m.alive)
         });
@@ -359,6 +494,12 @@ impl Coordinator {
         }
     }
 
+    /// Replacements waiting for a grow, for the tests.
+    #[cfg(test)]
+    pub fn waiting(&self) -> usize {
+        lock(&self.roster).joiners.len()
+    }
+
     /// What a crash does to the rendezvous, for the tests: every connection closes at once.
     #[cfg(test)]
     pub fn crash(&self) {
@@ -374,37 +515,60 @@ impl Coordinator {
     }
 }
 
-/// Accepts members for the life of the process; each connection gets a thread that files its messages
-/// and reports its end.
-fn accept_loop(listener: TcpListener, roster: Shared<Roster>) {
+/// Accepts members for the life of the process; each connection gets a thread that reads its hello
+/// (within the door's bounds: a stray is refused there), then files its messages and reports its end.
+fn accept_loop(listener: TcpListener, roster: Shared<Roster>, door: Arc<Door>) {
     for (key, conn) in (1u64..).zip(listener.incoming()) {
-        let Ok(conn) = conn else { continue };
-        let roster = Arc::clone(&roster);
+        // Out of descriptors, or a connection aborted in the queue: a moment, then the next.
+        let Ok(conn) = conn else {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        };
+        let Some(ticket) = conn.peer_addr().ok().and_then(|peer| door.enter(peer)) else {
+            continue;
+        };
+        let (roster, door) = (Arc::clone(&roster), Arc::clone(&door));
         std::thread::spawn(move || {
-            if let Err(e) = serve(conn, key, &roster) {
+            if let Err(e) = serve(conn, key, &roster, &door, ticket) {
                 eprintln!("rank 0: rendezvous: {e}");
             }
         });
     }
 }
 
-fn serve(conn: TcpStream, key: u64, roster: &Shared<Roster>) -> Result<(), String> {
+/// One connection: its hello (refused through the door if it is a stray), then an admitted member's
+/// lines, each at most [`LINE_CAP`] bytes (a longer one ends the connection, read as its end), for as
+/// long as it stays open.
+fn serve(
+    conn: TcpStream,
+    key: u64,
+    roster: &Shared<Roster>,
+    door: &Door,
+    ticket: Ticket,
+) -> Result<(), String> {
     let peer = conn.peer_addr().map_err(|e| e.to_string())?;
-    let mut reader = BufReader::new(conn.try_clone().map_err(|e| e.to_string())?);
-    let mut line = String::new();
-    reader
-        .read_line(&mut line)
-        .map_err(|e| format!("{peer}: {e}"))?;
-    admit(conn, key, Message::parse(&line), roster).map_err(|e| format!("{peer}: {e}"))?;
+    let mut lines = Lines::new(conn.try_clone().map_err(|e| e.to_string())?);
+    let hello = door
+        .hello(&mut lines, Instant::now() + crate::gate::HELLO_BOUND)
+        .and_then(|payload| Message::parse(&payload));
+    if let Err(why) = admit(conn, key, hello, roster) {
+        door.refuse(peer, &why);
+        return Ok(());
+    }
+    drop(ticket);
     let mut outcome = Ok(());
-    for line in reader.lines().map_while(Result::ok) {
-        let filed = Message::parse(&line).and_then(|m| {
-            let filed = lock(roster).received(key, m);
-            roster.1.notify_all();
-            filed
-        });
+    loop {
+        let filed = match lines.next(LINE_CAP, None) {
+            Ok(None) => break,
+            Ok(Some(line)) => Message::parse(&line).and_then(|m| {
+                let filed = lock(roster).received(key, m);
+                roster.1.notify_all();
+                filed
+            }),
+            Err(e) => Err(e),
+        };
         if let Err(e) = filed {
-            outcome = Err(e);
+            outcome = Err(format!("{peer}: {e}"));
             break;
         }
     }

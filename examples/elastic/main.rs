@@ -1,14 +1,17 @@
 //! Recovering without a restart: ranks all-reduce in a loop; when some die, the survivors agree on who
-//! died, make the communicator of the living (shrink, or init from a new unique id) and go on; when
-//! replacements arrive, they grow it back to full size. The README beside this file says why and how.
+//! died, make the communicator of the living (shrink, or init from a new unique id) and train on at the
+//! size they have; when replacements arrive, they grow it, up to the first world's size. The README
+//! beside this file says why and how.
 //!
 //! Launched like `multi_process` (the testkit's `launcher`): `--rank R --world-size N --local-rank G
 //! --master HOST:PORT`, or the variables torchrun, srun, mpirun or a PMI launcher set, with
 //! `MASTER_ADDR`/`MASTER_PORT`. A replacement is started with `--join` and its local rank and rank 0's
 //! address, read the same way (rank 0 given port 0 picks one and prints it: `ELASTIC phase=listening
 //! port=P`). `--deadline SECS` (default 5) bounds every collective and every recovery
-//! step (the crate's watchdog, in its revoke mode); `--iters N` (default 100000) ends a run in which
-//! nobody dies.
+//! step (metrale-gpu-watchdog, in its revoke mode); `--iters N` (default 100000) is the number of
+//! rounds the job trains, across recoveries (start a replacement with the job's); `--min-size M`
+//! (default 1) the fewest ranks it trains with: below it every rank ends with an error; `--step-ms MS`
+//! (default 0) what each round computes before its all-reduce.
 //!
 //! How the survivors recover (see `membership.rs` for the rendezvous, `coordinator.rs` for the
 //! agreement, `bounded.rs` for the grow's calls NCCL makes blocking): every process keeps its
@@ -16,11 +19,12 @@
 //! every survivor that the communicator's generation is lost. A survivor's wait on its all-reduce polls
 //! that news, `ncclCommGetAsyncError` and the stream, and gives up after the deadline if none of them moved: whichever comes first, the watchdog revokes the
 //! communicator and waits until it is quiescent, or aborts it where NCCL still reports an error (NCCL
-//! shrinks no communicator in that state: see the crate's `watchdog` docs). Each survivor tells rank 0
+//! shrinks no communicator in that state: see metrale-gpu-watchdog's docs). Each survivor tells rank 0
 //! how it holds the lost communicator; rank 0 waits for every live one (a silent one is treated as dead),
 //! fixes one dead set, and sends one plan: `ncclCommShrink` when every survivor holds it revoked, else a
-//! new communicator from a new unique id. Replacements (`--join`) then grow it back to full size, ranks
-//! in order. A failure during any of this is one more round. Rank 0 coordinates and is not replaced:
+//! new communicator from a new unique id. Training goes on at once; replacements (`--join`) grow it at
+//! the next round boundary, all that wait at once, ranks in order. A failure during any of this is one
+//! more round. Rank 0 coordinates and is not replaced:
 //! its death ends every other rank with a clear error (a production system keeps membership in an
 //! external store and elects a new coordinator).
 //!
@@ -44,11 +48,20 @@ mod comm;
 #[cfg(nccl_2_29)]
 mod coordinator;
 #[cfg(nccl_2_29)]
+mod fabric;
+#[cfg(all(nccl_2_29, test))]
+mod fake;
+#[cfg(nccl_2_29)]
+#[path = "../gate/mod.rs"]
+mod gate;
+#[cfg(nccl_2_29)]
 mod membership;
 #[cfg(nccl_2_29)]
 mod protocol;
 #[cfg(nccl_2_29)]
 mod recovery;
+#[cfg(all(test, nccl_2_29))]
+mod strays;
 
 use std::process::ExitCode;
 #[cfg(nccl_2_29)]
@@ -76,7 +89,13 @@ pub struct Args {
     pub local_rank: i32,
     pub master: String,
     pub deadline: Duration,
+    /// Rounds the job trains, across recoveries and grows.
     pub iters: usize,
+    /// The fewest ranks the job trains with (`--min-size`, default 1; rank 0's counts).
+    pub min_size: usize,
+    /// What each round computes before its all-reduce (`--step-ms`, default 0): a stand-in for the
+    /// forward and backward pass, which gives a run of `--iters` rounds a length a test can plan on.
+    pub step_time: Duration,
     /// For tests only (`METRALE_ELASTIC_GROW_ID_DELAY_MS`): how long rank 0 waits between its last look
     /// at the rendezvous and `ncclCommGetUniqueId`, so that a rank killed on its `phase=growid` line
     /// dies after that look, as in the race `bounded.rs` guards against.
@@ -89,8 +108,9 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(e) => {
             eprintln!(
-                "elastic: {e}\nusage: elastic [--deadline SECS] [--iters N] {}\n       elastic --join \
-                 [--deadline SECS] [--local-rank G --master HOST:PORT]",
+                "elastic: {e}\nusage: elastic [--deadline SECS] [--iters N] [--min-size M] [--step-ms MS] {}\n       \
+                 elastic --join [--deadline SECS] [--iters N] [--step-ms MS] [--local-rank G --master \
+                 HOST:PORT]",
                 launcher::USAGE
             );
             return ExitCode::from(2);
@@ -128,11 +148,11 @@ pub struct First {
 #[cfg(nccl_2_29)]
 const GROW_ID_DELAY: &str = "METRALE_ELASTIC_GROW_ID_DELAY_MS";
 
-/// `--join`, `--deadline SECS` and `--iters N` are the example's own; the rest is read as
+/// `--join`, `--deadline SECS`, `--iters N`, `--min-size M` and `--step-ms MS` are the example's own; the rest is read as
 /// `multi_process` reads it (flags, or the variables of torchrun, srun, mpirun or a PMI launcher).
 #[cfg(nccl_2_29)]
 fn parse_args() -> Result<Args, String> {
-    let (mut join, mut deadline, mut iters) = (false, 5, 100_000);
+    let (mut join, mut deadline, mut iters, mut min_size, mut step_ms) = (false, 5, 100_000, 1, 0);
     let mut rest = Vec::new();
     let mut argv = std::env::args().skip(1);
     while let Some(arg) = argv.next() {
@@ -145,6 +165,8 @@ fn parse_args() -> Result<Args, String> {
             "--join" => join = true,
             "--deadline" => deadline = number("--deadline")?,
             "--iters" => iters = number("--iters")?,
+            "--min-size" => min_size = number("--min-size")?,
+            "--step-ms" => step_ms = number("--step-ms")?,
             _ => rest.push(arg),
         }
     }
@@ -162,10 +184,18 @@ fn parse_args() -> Result<Args, String> {
         (None, local_rank, master)
     } else {
         let me = launcher::placement(&rest, &env)?;
+        // Where this rank stands and which launcher said so, as multi_process prints it.
+        println!("elastic rank {}/{}: {me}", me.rank, me.world_size);
         let first = First {
             rank: me.rank as usize,
             world_size: me.world_size as usize,
         };
+        if min_size == 0 || min_size > first.world_size {
+            return Err(format!(
+                "--min-size {min_size} is not a size from 1 to the world's {}",
+                first.world_size
+            ));
+        }
         (Some(first), me.local_rank, me.master)
     };
     Ok(Args {
@@ -174,6 +204,8 @@ fn parse_args() -> Result<Args, String> {
         master,
         deadline: Duration::from_secs(deadline as u64),
         iters,
+        min_size,
+        step_time: Duration::from_millis(step_ms as u64),
         grow_id_delay,
     })
 }

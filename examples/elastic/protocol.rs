@@ -2,23 +2,33 @@
 //!
 //! Every communicator the ranks make is a generation, numbered from 0 (the first world); each recovery
 //! and each grow makes the next one. Member to coordinator:
-//! - `HELLO <rank>`: a rank of the first world; `JOIN`: a replacement, waiting for the next grow;
+//! - `HELLO <rank>`: a rank of the first world; `JOIN`: a replacement, waiting for the next grow (on the
+//!   wire both end in the job token's field, ` token=<hex>`, which rank 0's door checks and strips
+//!   before this parser sees the line: `../gate/token.rs`);
 //! - `LOST <gen> revoked|aborted`: this rank gave up on generation `gen` and holds it revoked (it can be
 //!   shrunk) or aborted (it cannot: NCCL reported an error, or the revoke did not end cleanly);
-//! - `DONE`: this rank finished at full size; the end of its connection is no death (below full size
-//!   rank 0 treats it as one: the communicator is short a rank all the same);
+//! - `READY <gen>`: this rank has the `GROW` to generation `gen` (its connection's thread answers at
+//!   once, so it holds the order before it can finish the round the grow follows);
+//! - `DONE`: this rank finished its last round; the end of its connection is no death;
 //!
 //! Coordinator to member:
 //! - `ID <hex>`: the first unique id (the answer to `HELLO`);
 //! - `RECOVER <gen> <why>`: generation `gen` is lost: give up on it and say how you hold it;
-//! - `SHRINK <gen> <rank> <size> <r>,<r>…`: the plan: shrink the lost generation without those ranks,
-//!   becoming `rank` of `size` in generation `gen`;
-//! - `INIT <gen> <rank> <size> <hex>`: the plan: make generation `gen` from this new unique id;
-//! - `GROW <gen> <size>` (a member) and `GROWID <gen> <rank> <size> <hex>` (a replacement): grow to
-//!   `size` ranks;
-//! - `EXCLUDED <why>`: this rank did not report in time and was left out (its connection then closes).
+//! - `SHRINK <gen> <rank> <size> <step> <r>,<r>…`: the plan: shrink the lost generation without those
+//!   ranks, becoming `rank` of `size` in generation `gen`, and train on from round `step`;
+//! - `INIT <gen> <rank> <size> <step> <hex>`: the plan: make generation `gen` from this new unique id;
+//! - `GROW <gen> <size> <after>` (a member) and `GROWID <gen> <rank> <size> <after> <hex>` (a
+//!   replacement): after round `after`, grow to `size` ranks, generation `gen`, and train on from round
+//!   `after + 1`;
+//! - `EXCLUDED <why>`: this rank did not report in time and was left out (its connection then closes);
+//! - `END <why>`: the job cannot go on (fewer survivors than `--min-size`) or is over (to a replacement
+//!   still waiting): every rank that gets it ends with `why`.
 
 use std::fmt;
+
+/// The longest line either side reads (`../gate/line.rs`): far above the longest message (a recovery's
+/// reason with its ranks listed), far below memory.
+pub const LINE_CAP: usize = 64 * 1024;
 
 /// How a rank holds the communicator it gave up on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +54,8 @@ pub struct Plan {
     pub gen: u64,
     pub rank: usize,
     pub size: usize,
+    /// The round every survivor trains on from (rank 0's: a round some rank did not finish is redone).
+    pub step: usize,
     pub how: How,
 }
 
@@ -57,6 +69,9 @@ pub enum Message {
         gen: u64,
         held: Held,
     },
+    Ready {
+        gen: u64,
+    },
     Done,
     Id {
         id: String,
@@ -69,14 +84,19 @@ pub enum Message {
     Grow {
         gen: u64,
         size: usize,
+        after: usize,
     },
     GrowId {
         gen: u64,
         rank: usize,
         size: usize,
+        after: usize,
         id: String,
     },
     Excluded {
+        why: String,
+    },
+    End {
         why: String,
     },
 }
@@ -104,6 +124,7 @@ impl fmt::Display for Message {
                 };
                 write!(f, "LOST {gen} {held}")
             }
+            Message::Ready { gen } => write!(f, "READY {gen}"),
             Message::Done => write!(f, "DONE"),
             Message::Id { id } => write!(f, "ID {id}"),
             Message::Recover { gen, why } => write!(f, "RECOVER {gen} {}", text(why)),
@@ -111,21 +132,25 @@ impl fmt::Display for Message {
                 gen,
                 rank,
                 size,
+                step,
                 how,
             }) => match how {
                 How::Shrink { exclude } => {
-                    write!(f, "SHRINK {gen} {rank} {size} {}", rank_list(exclude))
+                    let exclude = rank_list(exclude);
+                    write!(f, "SHRINK {gen} {rank} {size} {step} {exclude}")
                 }
-                How::Init { id } => write!(f, "INIT {gen} {rank} {size} {id}"),
+                How::Init { id } => write!(f, "INIT {gen} {rank} {size} {step} {id}"),
             },
-            Message::Grow { gen, size } => write!(f, "GROW {gen} {size}"),
+            Message::Grow { gen, size, after } => write!(f, "GROW {gen} {size} {after}"),
             Message::GrowId {
                 gen,
                 rank,
                 size,
+                after,
                 id,
-            } => write!(f, "GROWID {gen} {rank} {size} {id}"),
+            } => write!(f, "GROWID {gen} {rank} {size} {after} {id}"),
             Message::Excluded { why } => write!(f, "EXCLUDED {}", text(why)),
+            Message::End { why } => write!(f, "END {}", text(why)),
         }
     }
 }
@@ -146,8 +171,9 @@ impl Message {
             true => Ok(m),
             false => Err(bad()),
         };
-        // Free text after the first `n` fields.
-        let tail = |n: usize| rest.splitn(n + 1, ' ').nth(n).unwrap_or("").to_string();
+        // Free text, its line breaks spaces as `Display` writes them (a lone `\r` inside a line is
+        // no break to the reader).
+        let free = |text: &str| text.replace(['\n', '\r'], " ");
         match word {
             "HELLO" => exactly(1, Message::Hello { rank: count(0)? }),
             "JOIN" => exactly(0, Message::Join),
@@ -159,47 +185,56 @@ impl Message {
                 };
                 exactly(2, Message::Lost { gen: num(0)?, held })
             }
+            "READY" => exactly(1, Message::Ready { gen: num(0)? }),
             "DONE" => exactly(0, Message::Done),
             "ID" => exactly(1, Message::Id { id: token(0)? }),
-            "RECOVER" => Ok(Message::Recover {
-                gen: num(0)?,
-                why: tail(1),
-            }),
+            // The generation, then everything after its one space, exactly as written.
+            "RECOVER" => {
+                let (gen, why) = rest.split_once(' ').unwrap_or((rest, ""));
+                Ok(Message::Recover {
+                    gen: gen.parse().map_err(|_| bad())?,
+                    why: free(why),
+                })
+            }
             "SHRINK" | "INIT" => {
                 let how = match word {
                     "SHRINK" => How::Shrink {
-                        exclude: token(3)?
+                        exclude: token(4)?
                             .split(',')
                             .map(|r| r.parse().map_err(|_| bad()))
                             .collect::<Result<_, _>>()?,
                     },
-                    _ => How::Init { id: token(3)? },
+                    _ => How::Init { id: token(4)? },
                 };
                 let plan = Plan {
                     gen: num(0)?,
                     rank: count(1)?,
                     size: count(2)?,
+                    step: count(3)?,
                     how,
                 };
-                exactly(4, Message::Plan(plan))
+                exactly(5, Message::Plan(plan))
             }
             "GROW" => exactly(
-                2,
+                3,
                 Message::Grow {
                     gen: num(0)?,
                     size: count(1)?,
+                    after: count(2)?,
                 },
             ),
             "GROWID" => exactly(
-                4,
+                5,
                 Message::GrowId {
                     gen: num(0)?,
                     rank: count(1)?,
                     size: count(2)?,
-                    id: token(3)?,
+                    after: count(3)?,
+                    id: token(4)?,
                 },
             ),
-            "EXCLUDED" => Ok(Message::Excluded { why: tail(0) }),
+            "EXCLUDED" => Ok(Message::Excluded { why: free(rest) }),
+            "END" => Ok(Message::End { why: free(rest) }),
             _ => Err(bad()),
         }
     }
@@ -216,6 +251,7 @@ mod tests {
                 gen: 3,
                 rank: 1,
                 size: 5,
+                step: 40,
                 how,
             })
         };
@@ -249,24 +285,39 @@ mod tests {
                 plan(How::Shrink {
                     exclude: vec![0, 2, 9],
                 }),
-                "SHRINK 3 1 5 0,2,9",
+                "SHRINK 3 1 5 40 0,2,9",
             ),
-            (plan(How::Init { id: "abcd".into() }), "INIT 3 1 5 abcd"),
-            (Message::Grow { gen: 5, size: 8 }, "GROW 5 8"),
+            (plan(How::Init { id: "abcd".into() }), "INIT 3 1 5 40 abcd"),
+            (Message::Ready { gen: 5 }, "READY 5"),
+            (
+                Message::Grow {
+                    gen: 5,
+                    size: 8,
+                    after: 77,
+                },
+                "GROW 5 8 77",
+            ),
             (
                 Message::GrowId {
                     gen: 5,
                     rank: 6,
                     size: 8,
+                    after: 77,
                     id: "12".into(),
                 },
-                "GROWID 5 6 8 12",
+                "GROWID 5 6 8 77 12",
             ),
             (
                 Message::Excluded {
                     why: "no report within 10 s".into(),
                 },
                 "EXCLUDED no report within 10 s",
+            ),
+            (
+                Message::End {
+                    why: "2 survivors, below --min-size 3".into(),
+                },
+                "END 2 survivors, below --min-size 3",
             ),
         ];
         for (message, line) in all {
@@ -288,13 +339,84 @@ mod tests {
             "HELLO x",
             "HELLO 1 2",
             "LOST 1 maybe",
-            "SHRINK 1 0 3",
-            "SHRINK 1 0 3 1,x",
-            "GROW 1",
+            "SHRINK 1 0 3 0",
+            "SHRINK 1 0 3 0 1,x",
+            "GROW 1 2",
+            "READY",
+            "RECOVER  1000",
+            "RECOVER x why",
             "WHAT 1",
         ] {
             let err = Message::parse(line).expect_err(line);
             assert!(err.contains("not a rendezvous message"), "{line}: {err}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    //! Property tests, a bounded number of cases each: every message reads back as written, and any
+    //! line at all is an answer, never a panic, no bigger than the line.
+    use super::*;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    // Unformatted: rustfmt would spell each struct literal one field a line, a copy of the shape of the
+    // protocol's own field lists.
+    #[rustfmt::skip]
+    fn message() -> impl Strategy<Value = Message> {
+        let text = "[^\r\n]{0,40}";
+        let id = "[0-9a-f]{1,64}";
+        let held = prop_oneof![Just(Held::Revoked), Just(Held::Aborted)];
+        let plan = |how| (any::<u64>(), any::<usize>(), any::<usize>(), any::<usize>(), how);
+        let how = prop_oneof![
+            vec(any::<usize>(), 1..8).prop_map(|exclude| How::Shrink { exclude }),
+            id.prop_map(|id| How::Init { id }),
+        ];
+        let grow = (any::<u64>(), any::<usize>(), any::<usize>());
+        prop_oneof![
+            any::<usize>().prop_map(|rank| Message::Hello { rank }),
+            Just(Message::Join),
+            (any::<u64>(), held).prop_map(|(gen, held)| Message::Lost { gen, held }),
+            any::<u64>().prop_map(|gen| Message::Ready { gen }),
+            Just(Message::Done),
+            id.prop_map(|id| Message::Id { id }),
+            (any::<u64>(), text).prop_map(|(gen, why)| Message::Recover { gen, why }),
+            plan(how).prop_map(|(gen, rank, size, step, how)| {
+                Message::Plan(Plan { gen, rank, size, step, how })
+            }),
+            grow.prop_map(|(gen, size, after)| Message::Grow { gen, size, after }),
+            (grow, any::<usize>(), id).prop_map(|((gen, size, after), rank, id)| {
+                Message::GrowId { gen, rank, size, after, id }
+            }),
+            text.prop_map(|why| Message::Excluded { why }),
+            text.prop_map(|why| Message::End { why }),
+        ]
+    }
+
+    /// Lines near the protocol's words (so that the parser's every branch is reached), and anything.
+    fn line() -> impl Strategy<Value = String> {
+        let near = "(HELLO|JOIN|LOST|READY|DONE|ID|RECOVER|SHRINK|INIT|GROW|GROWID|EXCLUDED|END)( [0-9a-z,+-]{0,6}){0,6}[ \t\r\n]{0,2}";
+        prop_oneof![near, any::<String>()]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1024))]
+
+        #[test]
+        fn every_message_reads_back_as_written(m in message()) {
+            prop_assert_eq!(Message::parse(&format!("{m}\n")), Ok(m));
+        }
+
+        /// A parsed line's message is no longer than the line (a bare `EXCLUDED`, `END` or `RECOVER
+        /// <gen>` gains the space before its empty reason) and reads back as itself.
+        #[test]
+        fn any_line_is_a_message_or_an_error(line in line()) {
+            if let Ok(m) = Message::parse(&line) {
+                let written = m.to_string();
+                prop_assert!(written.len() <= line.len() + 1, "{:?} -> {:?}", line, written);
+                prop_assert_eq!(Message::parse(&written), Ok(m));
+            }
         }
     }
 }

@@ -1,17 +1,17 @@
-//! A rank's life: the steady all-reduce loop; when a generation is lost, the agreement on one plan
-//! (shrink, or init from a new id), the new communicator checked; then the grow back to full size when
-//! the replacements have joined. A failure at any step (a rank killed during the shrink or the grow)
-//! is one more lost generation and one more round, up to [`MAX_ROUNDS`]. Each phase prints its
-//! `ELASTIC` line.
+//! A rank's life: all-reduces round after round, each checked, until the last (`--iters`). When a
+//! generation is lost: the agreement on one plan (shrink, or init from a new id), the new communicator,
+//! and training goes on at the size it has, from the round the plan says; it never waits for
+//! replacements. Rank 0 grows the world at a round boundary whenever replacements wait (all of them
+//! at once, up to the first world's size). A failure at any step (a rank killed during the shrink or the
+//! grow) is one more lost generation and one more round, up to [`MAX_ROUNDS`]; fewer survivors than
+//! `--min-size` end the job on every rank. Each phase prints its `ELASTIC` line.
 
 use std::time::{Duration, Instant};
 
-use metrale_gpu_sys::nccl::*;
-use metrale_gpu_testkit::hex;
-
 use crate::client::Client;
-use crate::comm::{self, Gpu, Lost, Outcome};
+use crate::comm::{self, Lost, Outcome};
 use crate::coordinator::Coordinator;
+use crate::fabric::{Fabric, Place};
 use crate::membership::{Bounds, Membership, Order};
 use crate::protocol::{rank_list, Held, How};
 use crate::{Args, First};
@@ -20,7 +20,8 @@ use crate::{Args, First};
 const STARTUP: Duration = Duration::from_secs(120);
 /// After this many all-reduces a rank says it is in its steady loop (a supervisor may kill it then).
 const STEADY_MARK: usize = 100;
-/// All-reduces checked on each recovered communicator, and on the grown one before the ranks finish.
+/// All-reduces on each recovered communicator before it says so (and rank 0 grows it), and on a grown
+/// one before it says so.
 const CHECKS: usize = 3;
 const AFTER_GROW: usize = 20;
 /// Lost generations a rank recovers from before it gives up: each one follows a new failure.
@@ -30,46 +31,51 @@ fn ms(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1e3)
 }
 
-/// The communicator a rank works on.
-struct Current {
-    comm: NcclComm,
-    gen: u64,
-    rank: usize,
-    size: usize,
+/// The communicator a rank works on, and its place in it.
+struct Current<C> {
+    comm: C,
+    at: Place,
 }
 
 /// Where a rank's life stands.
-enum Step {
-    /// It lost generation `gen` (in which it was `rank`), holding its communicator revoked
-    /// (`Some`, it can be shrunk) or not at all (aborted).
+enum Step<C> {
+    /// It lost generation `gen` (in which it was `rank`) at round `step`, holding its communicator
+    /// revoked (`Some`, it can be shrunk) or not at all (aborted).
     Lost {
         gen: u64,
         rank: usize,
-        parent: Option<NcclComm>,
+        step: usize,
+        parent: Option<C>,
         lost: Lost,
     },
-    /// A new communicator: `checks` checked all-reduces on it, then `line`, then grow back or finish.
+    /// A communicator (made by `how`: init, shrink, grow) to train on from round `step`; after
+    /// `checks` rounds it prints `line`.
     Made {
-        now: Current,
+        now: Current<C>,
+        how: &'static str,
+        step: usize,
         checks: usize,
         line: String,
     },
+    /// The last round is done: the rank said so.
+    Finished,
 }
 
-impl Step {
-    /// After a lost wait on `now`: what the rank holds of it.
-    fn lost(now: &Current, lost: Lost) -> Step {
+impl<C: Copy> Step<C> {
+    /// After a lost wait on `now` at round `step`: what the rank holds of it.
+    fn lost(now: &Current<C>, step: usize, lost: Lost) -> Step<C> {
         let parent = (lost.held == Held::Revoked).then_some(now.comm);
         Step::Lost {
-            gen: now.gen,
-            rank: now.rank,
+            gen: now.at.gen,
+            rank: now.at.rank,
+            step,
             parent,
             lost,
         }
     }
 
-    /// A step that failed to make generation `gen` (its communicators were aborted).
-    fn failed(gen: u64, rank: usize, detail: String, took: Duration) -> Step {
+    /// A step that failed to make `at`'s generation (its communicators were aborted).
+    fn failed(at: Place, step: usize, detail: String, took: Duration) -> Step<C> {
         let lost = Lost {
             how: "setup",
             detail,
@@ -79,107 +85,76 @@ impl Step {
             revoked: Duration::ZERO,
         };
         Step::Lost {
-            gen,
-            rank,
+            gen: at.gen,
+            rank: at.rank,
+            step,
             parent: None,
             lost,
         }
     }
 }
 
-/// A rank of the first world: rendezvous, init, steady loop, then recovery as it comes.
-pub fn run_member(args: &Args, first: First, gpu: &mut Gpu) -> Result<(), String> {
+/// A rank of the first world: rendezvous, init, training, and recovery as it comes.
+pub fn run_member<F: Fabric>(args: &Args, first: First, fabric: &mut F) -> Result<(), String> {
     let First { rank, world_size } = first;
     let (who, id) = if rank == 0 {
-        let id = NcclUniqueId::new().map_err(|e| e.to_string())?;
-        let coordinator =
-            Coordinator::listen(&args.master, world_size, &hex::encode(&id.to_bytes()))?;
-        println!("ELASTIC phase=listening port={}", coordinator.port());
+        let id = fabric.new_id()?;
+        let coordinator = Coordinator::listen(&args.master, world_size, args.min_size, &id)?;
+        fabric.say(format!(
+            "ELASTIC phase=listening port={}",
+            coordinator.port()
+        ))?;
         coordinator.wait_members(STARTUP)?;
         (Membership::Coordinator(coordinator), id)
     } else {
-        let (client, hex) = Client::hello(&args.master, rank, STARTUP)?;
-        (Membership::Member(client), id_from_hex(&hex)?)
+        let (client, id) = Client::hello(&args.master, rank, STARTUP)?;
+        (Membership::Member(client), id)
     };
-    let comm = comm::init(world_size, id, rank, STARTUP, &who, 0)?;
-    let now = Current {
-        comm,
+    let at = Place {
         gen: 0,
         rank,
         size: world_size,
     };
-    for round in 0..args.iters {
-        match gpu.all_reduce(now.comm, now.rank, now.size, round, &who, 0, args.deadline)? {
-            Outcome::Done if round + 1 == STEADY_MARK => {
-                println!(
-                    "ELASTIC phase=steady rank={rank} size={} iterations={STEADY_MARK}",
-                    now.size
-                )
-            }
-            Outcome::Done => {}
-            Outcome::Lost(lost) => {
-                return live(args, world_size, gpu, &who, Step::lost(&now, lost))
-            }
-        }
-    }
-    comm::release(now.comm, false)?;
-    who.finish(Bounds::new(args.deadline).report)?;
-    println!(
-        "ELASTIC result=ok rank={rank} size={} recovered=none (nobody died in {} rounds)",
-        now.size, args.iters
-    );
-    Ok(())
+    let comm = fabric.init(at, &id, STARTUP, &who)?;
+    let line =
+        format!("ELASTIC phase=steady rank={rank} size={world_size} iterations={STEADY_MARK}");
+    let step = Step::Made {
+        now: Current { comm, at },
+        how: "init",
+        step: 0,
+        checks: STEADY_MARK,
+        line,
+    };
+    live(args, fabric, &who, step)
 }
 
-/// A replacement: joins through the rendezvous and `ncclCommGrow`, then lives as the others do. The
-/// grow's size is the full world's (a grow restores it): the size this rank's later recoveries grow
-/// back to, like the first world's ranks.
-pub fn run_replacement(args: &Args, gpu: &mut Gpu) -> Result<(), String> {
+/// A replacement: joins through the rendezvous and the grow, then lives as the others do.
+pub fn run_replacement<F: Fabric>(args: &Args, fabric: &mut F) -> Result<(), String> {
     let (client, joined) = Client::join(&args.master, STARTUP)?;
     let who = Membership::Member(client);
-    let id = id_from_hex(&joined.id)?;
-    let setup = Bounds::new(args.deadline).setup;
-    let t = Instant::now();
-    let grown = comm::grow(
-        std::ptr::null_mut(),
-        joined.size,
-        Some(&id),
-        joined.rank as i32,
-        setup,
-        &who,
-        joined.gen,
-    );
-    let step = match grown {
-        Ok(comm) => Step::Made {
-            now: Current {
-                comm,
-                gen: joined.gen,
-                rank: joined.rank,
-                size: joined.size,
-            },
-            checks: AFTER_GROW,
-            line: grow_line(joined.rank, joined.size, joined.gen, t.elapsed()),
-        },
-        Err(e) => Step::failed(joined.gen, joined.rank, e, t.elapsed()),
+    let at = Place {
+        gen: joined.gen,
+        rank: joined.rank,
+        size: joined.size,
     };
-    live(args, joined.size, gpu, &who, step)
+    let step = grown(
+        args,
+        fabric,
+        &who,
+        None,
+        at,
+        Some(&joined.id),
+        joined.after + 1,
+    );
+    live(args, fabric, &who, step)
 }
 
-fn grow_line(rank: usize, size: usize, gen: u64, took: Duration) -> String {
-    format!(
-        "ELASTIC phase=grow rank={rank} size={size} gen={gen} grow_ms={} allreduce=ok",
-        ms(took)
-    )
-}
-
-/// From `step` on: recover, check, grow, until the rank finishes at full size (`world` ranks) or
-/// cannot go on.
-fn live(
+/// From `step` on: train, recover, grow, until the last round or a failure the rank cannot recover from.
+fn live<F: Fabric>(
     args: &Args,
-    world: usize,
-    gpu: &mut Gpu,
+    fabric: &mut F,
     who: &Membership,
-    mut step: Step,
+    mut step: Step<F::Comm>,
 ) -> Result<(), String> {
     let bounds = Bounds::new(args.deadline);
     let mut rounds = 0;
@@ -188,11 +163,12 @@ fn live(
             Step::Lost {
                 gen,
                 rank,
+                step,
                 parent,
                 lost,
             } => {
                 rounds += 1;
-                println!(
+                fabric.say(format!(
                     "ELASTIC phase=detect rank={rank} gen={gen} how={} held={} at_unix_us={} waited_ms={} \
                      revoke_ms={} detail={:?}",
                     lost.how,
@@ -201,57 +177,57 @@ fn live(
                     ms(lost.waited),
                     ms(lost.revoked),
                     lost.detail
-                );
+                ))?;
                 if rounds > MAX_ROUNDS {
                     if let Some(p) = parent {
-                        comm::release(p, true)?;
+                        fabric.release(p, true)?;
                     }
                     return Err(format!(
                         "{MAX_ROUNDS} recovery rounds, and generation {gen} lost again: giving up"
                     ));
                 }
-                recover(who, &bounds, gen, rank, parent, &lost)?
+                recover(fabric, who, &bounds, (gen, rank, step), parent, &lost)?
             }
-            Step::Made { now, checks, line } => {
-                if let Some(lost) = check_rounds(gpu, &now, checks, who, args.deadline)? {
-                    step = Step::lost(&now, lost);
-                    continue;
-                }
-                println!("{line}");
-                match grow_back(args, world, who, &bounds, now)? {
-                    Some(next) => next,
-                    None => return Ok(()),
-                }
+            Step::Made {
+                now,
+                how,
+                step,
+                checks,
+                line,
+            } => {
+                // Before its checks: a supervisor may kill a rank during them.
+                fabric.say(format!(
+                    "ELASTIC phase=made rank={} size={} gen={} how={how} step={step}",
+                    now.at.rank, now.at.size, now.at.gen
+                ))?;
+                train(args, fabric, who, &bounds, now, step, (checks, line))?
             }
+            Step::Finished => return Ok(()),
         }
     }
 }
 
-/// One recovery round: report, the plan, the next communicator made (or the failure that lost it). An
-/// error when there is no plan: no coordinator, or this rank was left out.
-fn recover(
+/// One recovery round of generation `gen`, where this rank was `rank` and lost it at round `step`:
+/// report, the plan, the next communicator made (or the failure that lost it). An error when there is
+/// no plan: no coordinator, this rank was left out, or the job ended below the minimum.
+fn recover<F: Fabric>(
+    fabric: &mut F,
     who: &Membership,
     bounds: &Bounds,
-    gen: u64,
-    rank: usize,
-    parent: Option<NcclComm>,
+    (gen, rank, step): (u64, usize, usize),
+    parent: Option<F::Comm>,
     lost: &Lost,
-) -> Result<Step, String> {
+) -> Result<Step<F::Comm>, String> {
     let held = match parent {
         Some(_) => Held::Revoked,
         None => Held::Aborted,
     };
     let t = Instant::now();
-    let mut new_id = || {
-        NcclUniqueId::new()
-            .map(|id| hex::encode(&id.to_bytes()))
-            .map_err(|e| e.to_string())
-    };
-    let plan = match who.recover(gen, held, bounds, &mut new_id) {
+    let plan = match who.recover((gen, held), step, bounds, &mut || fabric.new_id()) {
         Ok(plan) => plan,
         Err(e) => {
             if let Some(p) = parent {
-                comm::release(p, true)?;
+                fabric.release(p, true)?;
             }
             return Err(format!("rank {rank} of generation {gen}: {e}"));
         }
@@ -261,150 +237,295 @@ fn recover(
         How::Shrink { exclude } => ("shrink", rank_list(exclude)),
         How::Init { .. } => ("init", String::new()),
     };
-    println!(
-        "ELASTIC phase=plan rank={} gen={} how={how} dead={dead} size={} agree_ms={}",
+    fabric.say(format!(
+        "ELASTIC phase=plan rank={} gen={} how={how} dead={dead} size={} step={} agree_ms={}",
         plan.rank,
         plan.gen,
         plan.size,
+        plan.step,
         ms(agreed)
-    );
+    ))?;
+    let at = Place {
+        gen: plan.gen,
+        rank: plan.rank,
+        size: plan.size,
+    };
     let t = Instant::now();
     let made = match (&plan.how, parent) {
-        (How::Shrink { exclude }, Some(p)) => comm::shrink(p, exclude, bounds.setup, who, plan.gen),
+        (How::Shrink { exclude }, Some(p)) => fabric.shrink(p, exclude, at, bounds.setup, who),
         (How::Shrink { .. }, None) => Err("told to shrink an aborted communicator".to_string()),
         (How::Init { id }, parent) => {
             if let Some(p) = parent {
-                if let Err(e) = comm::release(p, true) {
+                if let Err(e) = fabric.release(p, true) {
                     eprintln!("warning: {e}");
                 }
             }
-            id_from_hex(id)
-                .and_then(|id| comm::init(plan.size, id, plan.rank, bounds.setup, who, plan.gen))
+            fabric.init(at, id, bounds.setup, who)
         }
     };
     let took = t.elapsed();
     Ok(match made {
         Ok(comm) => Step::Made {
-            now: Current {
-                comm,
-                gen: plan.gen,
-                rank: plan.rank,
-                size: plan.size,
-            },
+            now: Current { comm, at },
+            how,
+            step: plan.step,
             checks: CHECKS,
             line: format!(
                 "ELASTIC phase=shrink rank={} size={} gen={} how={how} revoke_ms={} agree_ms={} shrink_ms={} \
                  allreduce=ok",
-                plan.rank,
-                plan.size,
-                plan.gen,
+                at.rank,
+                at.size,
+                at.gen,
                 ms(lost.revoked),
                 ms(agreed),
                 ms(took)
             ),
         },
-        Err(e) => Step::failed(plan.gen, plan.rank, e, took),
+        Err(e) => Step::failed(at, plan.step, e, took),
     })
 }
 
-/// After the checks on `now`: finish at full size (`world`), or wait for the replacements and grow
-/// (the next step), or give `now` up when its generation is lost meanwhile (the next step too).
-fn grow_back(
+/// Rounds `from..` on `now`, each checked, until the last: the rank finishes. Its `line` after
+/// `checks` of them (or the last); from then on rank 0 offers a grow at each boundary, and every rank
+/// grows after the round the grow follows. A loss ends the training on `now`: the next step.
+fn train<F: Fabric>(
     args: &Args,
-    world: usize,
+    fabric: &mut F,
     who: &Membership,
     bounds: &Bounds,
-    now: Current,
-) -> Result<Option<Step>, String> {
-    if now.size >= world {
-        comm::release(now.comm, false)?;
-        who.finish(bounds.report)?;
-        println!("ELASTIC result=ok rank={} size={}", now.rank, now.size);
-        return Ok(None);
-    }
-    println!(
-        "ELASTIC phase=waiting rank={} gen={} replacements={}",
-        now.rank,
-        now.gen,
-        world - now.size
-    );
+    now: Current<F::Comm>,
+    from: usize,
+    (checks, line): (usize, String),
+) -> Result<Step<F::Comm>, String> {
+    let checked = (from + checks).min(args.iters);
+    let at = now.at;
     let mut grow_uid = None;
-    let t = Instant::now();
-    let mut grow_id = || {
-        println!("ELASTIC phase=growid rank={} gen={}", now.rank, now.gen);
-        std::thread::sleep(args.grow_id_delay);
-        let id = comm::grow_id(now.comm, who, now.gen, args.deadline)?;
-        grow_uid = Some(id);
-        Ok(hex::encode(&id.to_bytes()))
-    };
-    let order = match who.await_grow(now.gen, STARTUP, &mut grow_id) {
-        Ok(order) => order,
-        Err(e) => {
-            comm::release(now.comm, false)?;
-            return Err(e);
-        }
-    };
-    Ok(Some(match order {
-        Order::Recover { gen } => {
-            Step::lost(&now, comm::give_up_idle(now.comm, who, gen, args.deadline)?)
-        }
-        // The communicator is gone (aborted, or left to the given-up call's thread).
-        Order::NoGrowId { gen, why } => Step::failed(gen, now.rank, why, t.elapsed()),
-        Order::Grow { gen, size } => {
-            println!(
-                "ELASTIC phase=growing rank={} gen={gen} size={size}",
-                now.rank
-            );
+    for round in from..args.iters {
+        // A grow needs a round after it to check the grown communicator on.
+        if round >= checked && round + 1 < args.iters {
             let t = Instant::now();
-            let grown = comm::grow(
-                now.comm,
-                size,
-                grow_uid.as_ref(),
-                -1,
-                bounds.setup,
-                who,
-                gen,
-            );
-            let took = t.elapsed();
-            match grown {
-                Ok(comm) => Step::Made {
-                    now: Current {
-                        comm,
-                        gen,
-                        rank: now.rank,
-                        size,
-                    },
-                    checks: AFTER_GROW,
-                    line: grow_line(now.rank, size, gen, took),
-                },
-                Err(e) => Step::failed(gen, now.rank, e, took),
+            let mut grow_id = || {
+                fabric.say(format!(
+                    "ELASTIC phase=growid rank={} gen={}",
+                    at.rank, at.gen
+                ))?;
+                std::thread::sleep(args.grow_id_delay);
+                let id = fabric.grow_id(now.comm, who, at.gen, args.deadline)?;
+                grow_uid = Some(id.clone());
+                Ok(id)
+            };
+            match who.offer_grow(at.gen, round, bounds, &mut grow_id)? {
+                None | Some(Order::Grow { .. }) => {}
+                Some(Order::Recover { gen }) => {
+                    let lost = fabric.give_up_idle(now.comm, who, gen, args.deadline)?;
+                    return Ok(Step::lost(&now, round, lost));
+                }
+                // The communicator is gone (aborted, or left to the given-up call's thread).
+                Some(Order::NoGrowId { why, .. }) => {
+                    return Ok(Step::failed(at, round, why, t.elapsed()))
+                }
             }
         }
-    }))
-}
-
-/// `rounds` checked all-reduces on a new communicator; the loss, if one comes.
-fn check_rounds(
-    gpu: &mut Gpu,
-    now: &Current,
-    rounds: usize,
-    who: &Membership,
-    deadline: Duration,
-) -> Result<Option<Lost>, String> {
-    for round in 0..rounds {
-        if let Outcome::Lost(lost) =
-            gpu.all_reduce(now.comm, now.rank, now.size, round, who, now.gen, deadline)?
-        {
-            return Ok(Some(lost));
+        // The step's computation, before its gradients are all-reduced.
+        std::thread::sleep(args.step_time);
+        match fabric.all_reduce(now.comm, at, round, who, args.deadline)? {
+            Outcome::Done => {}
+            Outcome::Lost(lost) => return Ok(Step::lost(&now, round, lost)),
+        }
+        if round + 1 == checked {
+            fabric.say(line.clone())?;
+            let missing = who.missing();
+            if missing > 0 {
+                fabric.say(format!(
+                    "ELASTIC phase=waiting rank={} gen={} size={} replacements={missing}",
+                    at.rank, at.gen, at.size
+                ))?;
+            }
+        }
+        if let Some((gen, size)) = who.grow_after(at.gen, round) {
+            fabric.say(format!(
+                "ELASTIC phase=growing rank={} gen={gen} size={size}",
+                at.rank
+            ))?;
+            let to = Place {
+                gen,
+                rank: at.rank,
+                size,
+            };
+            let id = grow_uid.as_deref();
+            return Ok(grown(args, fabric, who, Some(now.comm), to, id, round + 1));
         }
     }
-    Ok(None)
+    fabric.release(now.comm, false)?;
+    who.finish(bounds.report)?;
+    fabric.say(format!(
+        "ELASTIC result=ok rank={} size={} gen={}",
+        at.rank, at.size, at.gen
+    ))?;
+    Ok(Step::Finished)
 }
 
-/// The unique id a peer sent as hex; an error, never a panic, for anything else.
-fn id_from_hex(text: &str) -> Result<NcclUniqueId, String> {
-    hex::decode(text)
-        .and_then(|bytes| <[u8; NcclUniqueId::BYTES]>::try_from(bytes).ok())
-        .map(NcclUniqueId::from_bytes)
-        .ok_or(format!("not a unique id: {text:?}"))
+/// The grow to `at` (from `parent`, or a replacement's from `id`), trained on from round `step`.
+fn grown<F: Fabric>(
+    args: &Args,
+    fabric: &mut F,
+    who: &Membership,
+    parent: Option<F::Comm>,
+    at: Place,
+    id: Option<&str>,
+    step: usize,
+) -> Step<F::Comm> {
+    let t = Instant::now();
+    let setup = Bounds::new(args.deadline).setup;
+    let made = fabric.grow(parent, at, id, setup, who);
+    let took = t.elapsed();
+    match made {
+        Ok(comm) => Step::Made {
+            now: Current { comm, at },
+            how: "grow",
+            step,
+            checks: AFTER_GROW,
+            line: format!(
+                "ELASTIC phase=grow rank={} size={} gen={} grow_ms={} allreduce=ok",
+                at.rank,
+                at.size,
+                at.gen,
+                ms(took)
+            ),
+        },
+        Err(e) => Step::failed(at, step, e, took),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Whole lives of fake ranks (`fake.rs`): the real training, agreement and grows, on threads, a
+    //! second death at each phase of a recovery; each test asserts that every rank not killed ends
+    //! in the final world, and its size.
+
+    use std::time::Duration;
+
+    use crate::fake::{run, Kill, Script};
+
+    /// 8 ranks; rank 3 killed in the steady loop, then `second`; replacements as asked for: the
+    /// world ends at 8, every live rank in it.
+    fn second_death(second: Kill) {
+        let first = Kill::on_rank0("rank 3", "steady");
+        let end = run(Script::new(8, vec![first, second]));
+        assert_eq!(end.deaths(), 2);
+        end.assert_world(8);
+    }
+
+    #[test]
+    fn a_second_death_during_the_agreement() {
+        second_death(Kill::on_own("rank 6", "detect", 0));
+    }
+
+    #[test]
+    fn a_second_death_during_the_shrink() {
+        second_death(Kill::on_own("rank 6", "plan", 1));
+    }
+
+    #[test]
+    fn a_second_death_during_the_checks_after_the_shrink() {
+        second_death(Kill::on_own("rank 6", "plan", 2));
+    }
+
+    #[test]
+    fn a_second_death_while_training_below_full_size() {
+        second_death(Kill::on_rank0("rank 6", "waiting"));
+    }
+
+    #[test]
+    fn a_second_death_while_rank_0_makes_the_grow_id() {
+        second_death(Kill::on_rank0("rank 6", "growid"));
+    }
+
+    #[test]
+    fn a_second_death_during_the_grow() {
+        second_death(Kill::on_rank0("rank 6", "growing"));
+    }
+
+    #[test]
+    fn a_second_death_during_the_checks_after_the_grow() {
+        second_death(Kill::on_own("rank 6", "growing", 2));
+    }
+
+    #[test]
+    fn a_replacement_killed_during_its_grow() {
+        second_death(Kill::on_rank0("replacement 1", "growing"));
+    }
+
+    #[test]
+    fn sixteen_ranks_four_deaths_in_three_phases() {
+        let kills = vec![
+            Kill::on_rank0("rank 5", "steady"),
+            Kill::on_rank0("rank 11", "steady"),
+            Kill::on_own("rank 2", "detect", 0),
+            Kill::on_rank0("rank 14", "growing"),
+        ];
+        let end = run(Script::new(16, kills));
+        assert_eq!(end.deaths(), 4);
+        end.assert_world(16);
+    }
+
+    /// No replacement ever comes: training goes on at the smaller size to the last round.
+    #[test]
+    fn without_replacements_the_survivors_train_to_the_end() {
+        let kills = vec![
+            Kill::on_rank0("rank 2", "steady"),
+            Kill::on_rank0("rank 7", "steady"),
+        ];
+        let end = run(Script {
+            replacements: 0,
+            ..Script::new(8, kills)
+        });
+        end.assert_world(6);
+    }
+
+    /// Of three missing ranks one replacement comes, late: the world trains at 5 meanwhile, grows to 6
+    /// when it comes and ends there.
+    #[test]
+    fn a_late_replacement_grows_the_world_that_kept_training() {
+        let kills = vec![
+            Kill::on_rank0("rank 1", "steady"),
+            Kill::on_rank0("rank 4", "steady"),
+            Kill::on_rank0("rank 6", "steady"),
+        ];
+        let end = run(Script {
+            replacements: 1,
+            late: Duration::from_millis(300),
+            ..Script::new(8, kills)
+        });
+        end.assert_world(6);
+        let rank0: Vec<&str> = end
+            .log
+            .iter()
+            .filter(|(who, _)| who == "rank 0")
+            .map(|(_, line)| line.as_str())
+            .collect();
+        let at = |phase: &str| rank0.iter().position(|l| l.contains(phase));
+        assert!(
+            at("phase=shrink").is_some() && at("phase=shrink") < at("phase=growing"),
+            "resumed before the replacement came: {rank0:#?}"
+        );
+    }
+
+    #[test]
+    fn below_the_minimum_every_live_rank_ends_with_the_reason() {
+        let kills = vec![
+            Kill::on_rank0("rank 2", "steady"),
+            Kill::on_rank0("rank 5", "steady"),
+        ];
+        let end = run(Script {
+            min_size: 7,
+            ..Script::new(8, kills)
+        });
+        let live = end.live();
+        assert_eq!(live.len(), 6);
+        for (name, result) in live {
+            let err = result.as_ref().expect_err("the job ended");
+            assert!(err.contains("fewer than --min-size 7"), "{name}: {err}");
+        }
+    }
 }

@@ -22,6 +22,8 @@
 //! mpirun -np 8 -H 10.0.0.1:4,10.0.0.2:4 -x MASTER_ADDR=10.0.0.1 -x MASTER_PORT=29500 multi_process
 //! ```
 
+#[path = "../gate/mod.rs"]
+mod gate;
 mod rendezvous;
 
 use std::process::ExitCode;
@@ -29,7 +31,7 @@ use std::time::Duration;
 
 use metrale_gpu_sys::cuda::{self, CUdeviceptr};
 use metrale_gpu_sys::nccl::*;
-use metrale_gpu_sys::watchdog;
+use metrale_gpu_watchdog as watchdog;
 
 use metrale_gpu_testkit::launcher::{self, Placement};
 

@@ -3,20 +3,31 @@
 //! every interface (as torchrun does: `MASTER_ADDR` may resolve to a loopback address on rank 0's own
 //! host); each other rank connects to `MASTER_ADDR:MASTER_PORT`, says who it is, and reads the id.
 //!
-//! Wire format: the client sends `MGS1` and its rank (u32 LE); rank 0 answers `MGS1` and the id's bytes.
+//! Wire format: the client sends one line, `MGS2 <rank> token=<hex>` (the job token: `../gate/token.rs`);
+//! rank 0 answers `MGS2` and the id's bytes. Whatever else reaches the port is a stray connection
+//! (`../gate/mod.rs`): refused with a warning, never the end of the job; rank 0's deadline still bounds
+//! the whole wait, and its timeout error lists what it refused.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use metrale_gpu_testkit::launcher;
 
-const MAGIC: &[u8; 4] = b"MGS1";
+use crate::gate::backoff::{self, Backoff};
+use crate::gate::door::Door;
+use crate::gate::line::Lines;
+use crate::gate::token::JobToken;
+use crate::gate::HELLO_BOUND;
+
+const MAGIC: &str = "MGS2";
 /// The id's size, `NCCL_UNIQUE_ID_BYTES`.
 pub const ID_BYTES: usize = metrale_gpu_sys::nccl::ncclUniqueId::BYTES;
 
 /// Rank 0: serves `id` to `world_size - 1` ranks on the port of `addr` (`host:port`), on every interface,
-/// within `timeout`.
+/// within `timeout`, to hellos carrying this job's token (`JobToken::of_this_job`).
 pub fn serve(
     addr: &str,
     world_size: u32,
@@ -27,118 +38,209 @@ pub fn serve(
         .rsplit_once(':')
         .and_then(|(_, p)| p.parse::<u16>().ok())
         .ok_or_else(|| format!("MASTER_ADDR:MASTER_PORT '{addr}' has no port"))?;
+    let token = JobToken::of_this_job("rank 0")?;
     let listener = TcpListener::bind(("0.0.0.0", port))
         .map_err(|e| format!("rank 0 cannot listen on port {port}: {e}"))?;
-    serve_on(listener, world_size, id, timeout)
+    serve_on(listener, world_size, id, token, timeout)
 }
 
-/// [`serve`] on a listener already bound (tests bind port 0).
+/// What a connection's hello said: the rank it claims, or why it is a stray.
+type Hello = (TcpStream, SocketAddr, Result<u32, String>);
+
+/// [`serve`] on a listener already bound (tests bind port 0), admitting hellos that carry `token`.
+/// Each connection's hello is read on a thread of its own (so that a silent one delays nobody), within
+/// the gate's bounds; this thread hands out the ranks.
 pub fn serve_on(
     listener: TcpListener,
     world_size: u32,
     id: &[u8; ID_BYTES],
+    token: JobToken,
     timeout: Duration,
 ) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let door = Door::new(
+        "rank 0",
+        token,
+        crate::gate::pending_cap(world_size as usize),
+    );
+    let (hellos, heard) = mpsc::channel::<Hello>();
     let mut served = Vec::new();
+    // Accepting can fail for a while (out of descriptors, a connection aborted in the queue): the next
+    // try may do, within the deadline, whose error then names the last such failure.
+    let mut accept_failed = String::new();
     while served.len() + 1 < world_size as usize {
-        match listener.accept() {
-            Ok((mut peer, from)) => {
-                peer.set_nonblocking(false).map_err(|e| e.to_string())?;
-                peer.set_read_timeout(Some(remaining(deadline)?))
-                    .map_err(|e| e.to_string())?;
-                let mut hello = [0u8; 8];
-                read_all(&mut peer, &mut hello, &format!("the hello from {from}"))?;
-                if &hello[..4] != MAGIC {
-                    return Err(format!(
-                        "{from} is not a rank of this job (bad hello {:02x?})",
-                        &hello[..4]
-                    ));
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "rank 0 at {local}: timed out after {timeout:?} with {} of {} ranks connected ({served:?}){}{accept_failed}",
+                served.len(),
+                world_size - 1,
+                door.refusals()
+            ));
+        }
+        let accepted = match listener.accept() {
+            Ok((peer, from)) => {
+                if let Some(ticket) = door.enter(from) {
+                    let (door, hellos) = (Arc::clone(&door), hellos.clone());
+                    std::thread::spawn(move || {
+                        let said = read_hello(&door, &peer, deadline);
+                        let _ = hellos.send((peer, from, said));
+                        drop(ticket);
+                    });
                 }
-                let rank = u32::from_le_bytes([hello[4], hello[5], hello[6], hello[7]]);
-                if rank == 0 || rank >= world_size || served.contains(&rank) {
-                    return Err(format!(
-                        "{from} claims rank {rank}, invalid or taken (world size {world_size})"
-                    ));
-                }
-                let mut reply = MAGIC.to_vec();
+                true
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+            Err(e) => {
+                accept_failed = format!("; the last accept failed: {e}");
+                false
+            }
+        };
+        // While connections queue, take the next at once; else wait a little for a hello.
+        let said = match accepted {
+            true => heard.try_recv().ok(),
+            false => heard.recv_timeout(Duration::from_millis(5)).ok(),
+        };
+        let Some((mut peer, from, said)) = said else {
+            continue;
+        };
+        match said {
+            Ok(rank) if rank == 0 || rank >= world_size || served.contains(&rank) => door.refuse(
+                from,
+                &format!("claims rank {rank}, invalid or taken (world size {world_size})"),
+            ),
+            Ok(rank) => {
+                let mut reply = MAGIC.as_bytes().to_vec();
                 reply.extend_from_slice(id);
-                peer.write_all(&reply)
-                    .map_err(|e| format!("sending the id to rank {rank} ({from}): {e}"))?;
-                served.push(rank);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    return Err(format!(
-                        "rank 0 at {local}: timed out after {timeout:?} with {} of {} ranks connected ({served:?})",
-                        served.len(),
-                        world_size - 1
-                    ));
+                match peer.write_all(&reply) {
+                    Ok(()) => served.push(rank),
+                    Err(e) => door.refuse(from, &format!("rank {rank}: sending it the id: {e}")),
                 }
-                std::thread::sleep(Duration::from_millis(5));
             }
-            Err(e) => return Err(format!("rank 0 at {local}: accept failed: {e}")),
+            Err(why) => door.refuse(from, &why),
         }
     }
     Ok(())
 }
 
-/// Any other rank: fetches the id from rank 0 at `addr`, retrying the connection until `timeout` (rank 0
-/// may start later).
-pub fn fetch(addr: &str, rank: u32, timeout: Duration) -> Result<[u8; ID_BYTES], String> {
-    let deadline = Instant::now() + timeout;
-    let mut stream = launcher::connect(addr, timeout).map_err(|e| format!("rank {rank}: {e}"))?;
-    stream
-        .set_read_timeout(Some(remaining(deadline)?))
+/// The rank the hello on `peer` claims, read within the gate's bounds and `deadline`.
+fn read_hello(door: &Door, peer: &TcpStream, deadline: Instant) -> Result<u32, String> {
+    // Accepted from a non-blocking listener, which some systems pass on; the id's write is bounded too.
+    peer.set_nonblocking(false).map_err(|e| e.to_string())?;
+    peer.set_write_timeout(Some(HELLO_BOUND))
         .map_err(|e| e.to_string())?;
-    let mut hello = MAGIC.to_vec();
-    hello.extend_from_slice(&rank.to_le_bytes());
+    let mut lines = Lines::new(peer.try_clone().map_err(|e| e.to_string())?);
+    let payload = door.hello(&mut lines, deadline)?;
+    parse_hello(&payload)
+}
+
+/// `MGS2 <rank>` (the hello without its token field); the error quotes it (shortened by the door).
+fn parse_hello(payload: &str) -> Result<u32, String> {
+    payload
+        .split_once(' ')
+        .filter(|(magic, _)| *magic == MAGIC)
+        .and_then(|(_, rank)| rank.parse().ok())
+        .ok_or_else(|| format!("not a rank's hello: {payload:?}"))
+}
+
+/// Any other rank: fetches the id from rank 0 at `addr`, retrying the connection until `timeout` (rank 0
+/// may start later), with this job's token (`JobToken::of_this_job`).
+pub fn fetch(addr: &str, rank: u32, timeout: Duration) -> Result<[u8; ID_BYTES], String> {
+    let token = JobToken::of_this_job(&format!("rank {rank}"))?;
+    fetch_as(addr, rank, &token, timeout)
+}
+
+/// [`fetch`] with `token`. A connection rank 0 closes without a word (it refused it: too many waiting,
+/// or the hello was wrong) is tried again until `timeout` (`../gate/backoff.rs`).
+pub fn fetch_as(
+    addr: &str,
+    rank: u32,
+    token: &JobToken,
+    timeout: Duration,
+) -> Result<[u8; ID_BYTES], String> {
+    let deadline = Instant::now() + timeout;
+    let mut backoff = Backoff::until(deadline);
+    let mut connect_within = timeout;
+    loop {
+        let closed = match fetch_once(addr, rank, token, deadline, connect_within) {
+            Err(Fetch::Closed(why)) => why,
+            Err(Fetch::Failed(why)) => return Err(why),
+            Ok(id) => return Ok(id),
+        };
+        if !backoff.wait() {
+            return Err(format!("{closed} ({})", backoff::REFUSED));
+        }
+        connect_within = backoff.left();
+    }
+}
+
+enum Fetch {
+    /// Rank 0 closed the connection before its first byte: worth another try.
+    Closed(String),
+    Failed(String),
+}
+
+fn fetch_once(
+    addr: &str,
+    rank: u32,
+    token: &JobToken,
+    deadline: Instant,
+    connect_within: Duration,
+) -> Result<[u8; ID_BYTES], Fetch> {
+    let failed = Fetch::Failed;
+    let mut stream =
+        launcher::connect(addr, connect_within).map_err(|e| failed(format!("rank {rank}: {e}")))?;
     stream
-        .write_all(&hello)
-        .map_err(|e| format!("rank {rank}: sending to {addr}: {e}"))?;
+        .set_read_timeout(Some(remaining(deadline).map_err(failed)?))
+        .map_err(|e| failed(e.to_string()))?;
+    let hello = token.hello(&format!("{MAGIC} {rank}"));
+    stream
+        .write_all(format!("{hello}\n").as_bytes())
+        .map_err(|e| failed(format!("rank {rank}: sending to {addr}: {e}")))?;
     let mut reply = [0u8; 4 + ID_BYTES];
-    read_all(
-        &mut stream,
-        &mut reply,
-        &format!("the unique id from rank 0 at {addr}"),
-    )?;
-    if &reply[..4] != MAGIC {
-        return Err(format!(
+    let what = format!("the unique id from rank 0 at {addr}");
+    match read_all(&mut stream, &mut reply, &what) {
+        Err((true, why)) => return Err(Fetch::Closed(why)),
+        Err((false, why)) => return Err(failed(why)),
+        Ok(()) => {}
+    }
+    if &reply[..4] != MAGIC.as_bytes() {
+        return Err(failed(format!(
             "{addr} is not rank 0 of this job (bad reply {:02x?})",
             &reply[..4]
-        ));
+        )));
     }
     let mut id = [0u8; ID_BYTES];
     id.copy_from_slice(&reply[4..]);
     Ok(id)
 }
 
-/// Reads exactly `buf.len()` bytes, naming what was expected when the peer closes early or is too slow.
-fn read_all(stream: &mut TcpStream, buf: &mut [u8], what: &str) -> Result<(), String> {
-    let mut got = 0;
+/// Reads exactly `buf.len()` bytes, naming what was expected when the peer closes early or is too slow;
+/// the error says whether the peer closed (or reset) the connection before the first byte.
+fn read_all(stream: &mut TcpStream, buf: &mut [u8], what: &str) -> Result<(), (bool, String)> {
+    let (mut got, want) = (0, buf.len());
+    let closed = |got: usize, how: &str| {
+        let why = format!("{what}: the peer {how} the connection after {got} of {want} bytes");
+        (got == 0, why)
+    };
     while got < buf.len() {
         match stream.read(&mut buf[got..]) {
-            Ok(0) => {
-                return Err(format!(
-                    "{what}: the peer closed the connection after {got} of {} bytes",
-                    buf.len()
-                ))
-            }
+            Ok(0) => return Err(closed(got, "closed")),
             Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return Err(closed(got, "reset"))
+            }
             Err(e)
                 if matches!(
                     e.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                return Err(format!(
-                    "{what}: timed out after {got} of {} bytes",
-                    buf.len()
-                ))
+                let why = format!("{what}: timed out after {got} of {want} bytes");
+                return Err((false, why));
             }
-            Err(e) => return Err(format!("{what}: {e}")),
+            Err(e) => return Err((false, format!("{what}: {e}"))),
         }
     }
     Ok(())
@@ -153,9 +255,14 @@ fn remaining(deadline: Instant) -> Result<Duration, String> {
 
 #[cfg(test)]
 mod tests {
-    //! On loopback: the id arrives intact at every rank, and bad input (a stranger, a short reply,
-    //! nobody there) gives a clear error within its bound.
+    //! On loopback: the id arrives intact at every rank; strays (a stranger, a forged or wrong-token
+    //! hello, a flood, silence) are refused without harm and named when the rendezvous times out; a
+    //! short reply or nobody there gives a clear error within its bound.
     use super::*;
+    use crate::gate::{peak, strays};
+    use std::io::BufRead;
+
+    const T: Duration = Duration::from_secs(20);
 
     fn listener() -> (TcpListener, String) {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
@@ -163,15 +270,19 @@ mod tests {
         (l, addr)
     }
 
+    fn token(value: &str) -> JobToken {
+        JobToken::new("test", value).expect("token")
+    }
+
     #[test]
     fn every_rank_gets_rank_0s_id() {
         let (l, addr) = listener();
         let id: [u8; ID_BYTES] = std::array::from_fn(|i| (i * 7 + 3) as u8);
-        let server = std::thread::spawn(move || serve_on(l, 4, &id, Duration::from_secs(20)));
+        let server = std::thread::spawn(move || serve_on(l, 4, &id, token("job"), T));
         let clients: Vec<_> = (1..4)
             .map(|rank| {
                 let addr = addr.clone();
-                std::thread::spawn(move || fetch(&addr, rank, Duration::from_secs(20)))
+                std::thread::spawn(move || fetch_as(&addr, rank, &token("job"), T))
             })
             .collect();
         for c in clients {
@@ -180,49 +291,157 @@ mod tests {
         assert_eq!(server.join().expect("server thread"), Ok(()));
     }
 
-    /// What rank 0 of a world of 2 answers a client that sends `hello`.
+    /// Before the real ranks: a garbage hello, an HTTP request, a connect-and-close, a silent
+    /// connection, an 8 MiB line without a newline, a wrong-token hello and forged hellos. The ranks
+    /// still get the id; every stray is closed with nothing sent to it; and the peak RSS grows by less
+    /// than 6 MiB, where holding the flood would take 8 MiB (the pass measured after a warm-up without
+    /// the flood).
+    #[test]
+    fn strays_before_the_ranks_are_refused_and_the_ranks_still_get_the_id() {
+        peak::assert_within_flood_bound(strays_then_ranks);
+    }
+
+    fn strays_then_ranks(flood: bool) {
+        let (l, addr) = listener();
+        let id: [u8; ID_BYTES] = std::array::from_fn(|i| i as u8);
+        let server = std::thread::spawn(move || serve_on(l, 3, &id, token("job-a"), T));
+        let hellos = [
+            (
+                "a wrong-token hello",
+                format!("{}\n", token("job-b").hello("MGS2 1")),
+            ),
+            (
+                "a forged hello without a token",
+                "MGS2 1 token=\n".to_string(),
+            ),
+            (
+                "a forged hello of rank 0",
+                format!("{}\n", token("job-a").hello("MGS2 0")),
+            ),
+        ];
+        let sent = strays::send(&addr, strays::kinds(&hellos, flood), T);
+        for rank in 1..3 {
+            assert_eq!(fetch_as(&addr, rank, &token("job-a"), T), Ok(id));
+        }
+        assert_eq!(server.join().expect("server thread"), Ok(()));
+        for stray in sent {
+            strays::refused(stray).expect("refused, unanswered");
+        }
+    }
+
+    #[test]
+    fn a_stream_of_strays_holds_rank_0_no_longer_than_its_deadline() {
+        let (l, addr) = listener();
+        let (done, ended) = mpsc::channel();
+        let timeout = Duration::from_millis(500);
+        std::thread::spawn(move || {
+            let _ = done.send(serve_on(l, 2, &[0; ID_BYTES], JobToken::none(), timeout));
+        });
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stream = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                    if let Ok(mut stray) = TcpStream::connect(&addr) {
+                        let _ = stray.write_all(b"GET / HTTP/1.1\r\n");
+                    }
+                }
+            })
+        };
+        let result = ended.recv_timeout(T);
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        stream.join().expect("the stream's thread");
+        let err = result
+            .expect("rank 0 ended at its deadline")
+            .expect_err("no rank came");
+        assert!(
+            err.contains("timed out after 500ms with 0 of 1 ranks connected ([]); refused "),
+            "{err}"
+        );
+    }
+
+    /// What rank 0 of a world of 2 says at its deadline after a client sent `hello`.
     fn refused(hello: &[u8]) -> String {
         let (l, addr) = listener();
+        let timeout = Duration::from_millis(1500);
         let server =
-            std::thread::spawn(move || serve_on(l, 2, &[1; ID_BYTES], Duration::from_secs(20)));
-        TcpStream::connect(&addr)
-            .and_then(|mut s| s.write_all(hello))
-            .expect("connect and write");
+            std::thread::spawn(move || serve_on(l, 2, &[1; ID_BYTES], token("job"), timeout));
+        let mut stray = TcpStream::connect(&addr).expect("connect");
+        stray.write_all(hello).expect("write");
         server
             .join()
             .expect("server thread")
-            .expect_err("not a rank of this job")
+            .expect_err("no rank came")
     }
 
     #[test]
-    fn a_stranger_is_refused_by_name() {
-        let err = refused(b"GET / HTTP");
-        assert!(err.contains("is not a rank of this job"), "{err}");
-    }
-
-    #[test]
-    fn a_taken_or_impossible_rank_is_refused() {
-        let err = refused(&[b"MGS1".as_slice(), &7u32.to_le_bytes()].concat());
+    fn a_stranger_is_refused_by_name_and_listed_at_the_deadline() {
+        let err = refused(b"GET / HTTP/1.1\r\n");
+        assert!(err.contains("with 0 of 1 ranks connected"), "{err}");
         assert!(
-            err.contains("claims rank 7, invalid or taken (world size 2)"),
+            err.contains("; refused 1 connection(s): 127.0.0.1:")
+                && err.contains("(a hello without a job token field)"),
             "{err}"
         );
     }
 
     #[test]
+    fn a_taken_or_impossible_rank_is_refused() {
+        let err = refused(format!("{}\n", token("job").hello("MGS2 7")).as_bytes());
+        assert!(
+            err.contains("(claims rank 7, invalid or taken (world size 2))"),
+            "{err}"
+        );
+    }
+
+    /// A fake rank 0 that reads each hello line and answers the `n`th connection with `reply`.
+    fn fake_rank0(
+        l: TcpListener,
+        answers: Vec<Option<&'static [u8]>>,
+    ) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            for answer in answers {
+                let (peer, _) = l.accept().expect("accept");
+                let mut hello = String::new();
+                std::io::BufReader::new(&peer)
+                    .read_line(&mut hello)
+                    .expect("hello");
+                if let Some(reply) = answer {
+                    (&peer).write_all(reply).expect("write");
+                }
+            }
+        })
+    }
+
+    #[test]
     fn a_reply_cut_short_names_the_missing_bytes() {
         let (l, addr) = listener();
-        let fake_rank0 = std::thread::spawn(move || {
-            let (mut peer, _) = l.accept().expect("accept");
-            let mut hello = [0u8; 8];
-            peer.read_exact(&mut hello).expect("hello");
-            peer.write_all(b"MGS1 only forty bytes of the id here....")
-                .expect("write");
-        });
-        let err = fetch(&addr, 1, Duration::from_secs(20)).expect_err("short reply");
-        fake_rank0.join().expect("fake rank 0");
+        let fake = fake_rank0(l, vec![Some(b"MGS2 only forty bytes of the id here....")]);
+        let err = fetch_as(&addr, 1, &JobToken::none(), T).expect_err("short reply");
+        fake.join().expect("fake rank 0");
         assert!(
             err.contains("the peer closed the connection after 40 of 132 bytes"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_rank_closed_without_a_word_tries_again_within_its_deadline() {
+        let (l, addr) = listener();
+        let reply: &'static [u8] = Box::leak([b"MGS2".as_slice(), &[9; ID_BYTES]].concat().into());
+        let fake = fake_rank0(l, vec![None, None, Some(reply)]);
+        assert_eq!(fetch_as(&addr, 1, &JobToken::none(), T), Ok([9; ID_BYTES]));
+        fake.join().expect("fake rank 0");
+
+        let (l, addr) = listener();
+        let fake = fake_rank0(l, vec![None; 2]);
+        let err = fetch_as(&addr, 1, &JobToken::none(), Duration::from_millis(250))
+            .expect_err("refused each time");
+        drop(fake);
+        assert!(
+            err.contains(
+                "after 0 of 132 bytes (each time until the deadline: rank 0 refused this process"
+            ),
             "{err}"
         );
     }
@@ -244,9 +463,16 @@ mod tests {
         );
 
         let (l, _) = listener();
-        let err = serve_on(l, 3, &[0; ID_BYTES], Duration::from_millis(300)).expect_err("no ranks");
+        let err = serve_on(
+            l,
+            3,
+            &[0; ID_BYTES],
+            JobToken::none(),
+            Duration::from_millis(300),
+        )
+        .expect_err("no ranks");
         assert!(
-            err.contains("timed out after 300ms with 0 of 2 ranks connected"),
+            err.ends_with("timed out after 300ms with 0 of 2 ranks connected ([])"),
             "{err}"
         );
     }
@@ -257,13 +483,23 @@ mod tests {
         let port = listener().0.local_addr().expect("addr").port();
         let id: [u8; ID_BYTES] = std::array::from_fn(|i| i as u8);
         let master = format!("rank0.invalid:{port}");
-        let server = std::thread::spawn(move || serve(&master, 2, &id, Duration::from_secs(20)));
-        assert_eq!(
-            fetch(&format!("127.0.0.1:{port}"), 1, Duration::from_secs(20)),
-            Ok(id)
-        );
+        let server = std::thread::spawn(move || serve(&master, 2, &id, T));
+        assert_eq!(fetch(&format!("127.0.0.1:{port}"), 1, T), Ok(id));
         assert_eq!(server.join().expect("server thread"), Ok(()));
         let err = serve("no-port-here", 2, &id, Duration::from_secs(1)).expect_err("no port");
         assert!(err.contains("has no port"), "{err}");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Every rank's hello reads back as written; any other payload is an error, never a panic.
+        #[test]
+        fn hellos_round_trip_and_garbage_is_an_error(rank: u32, payload in ".{0,64}") {
+            proptest::prop_assert_eq!(parse_hello(&format!("{MAGIC} {rank}")), Ok(rank));
+            if let Ok(r) = parse_hello(&payload) {
+                proptest::prop_assert!(payload.starts_with(MAGIC) && payload.ends_with(&r.to_string()));
+            }
+        }
     }
 }

@@ -26,6 +26,7 @@ use libloading::os::unix::{Library as Handle, RTLD_LOCAL, RTLD_NOW};
 use crate::bindings::loaded_functions::{signatures, NAMES};
 use crate::bindings::{ncclResult_t, NCCL_MAJOR};
 use crate::error::GpuError;
+use crate::last_error::NCCL_LAST_ERROR_BYTES;
 use crate::nccl_version::NcclVersion;
 use crate::version::build_info;
 pub use search::LIBRARY_VAR;
@@ -124,9 +125,25 @@ pub(crate) fn missing_status(index: usize) -> ncclResult_t {
 /// What a call of a function returning text (`ncclGetErrorString`, `ncclGetLastError`) returns when it
 /// cannot reach the library: a static C string saying so.
 pub(crate) fn missing_text() -> *const c_char {
-    c"metrale-gpu-sys: this NCCL function is unavailable (no libnccl loaded, or the loaded one lacks it); \
-      see metrale_gpu_sys::version::library_search()"
-        .as_ptr()
+    MISSING_TEXT.as_ptr().cast()
+}
+
+/// The text of [`missing_text`], NUL-padded to the size of NCCL's last-error buffer: a reader of what
+/// `ncclGetLastError` returns may read that many bytes (`last_error.rs`).
+static MISSING_TEXT: [u8; NCCL_LAST_ERROR_BYTES] = padded(
+    b"metrale-gpu-sys: this NCCL function is unavailable (no libnccl loaded, or the loaded one lacks it); \
+      see metrale_gpu_sys::version::library_search()",
+);
+
+/// `text` followed by NULs, cut to leave at least one.
+const fn padded<const N: usize>(text: &[u8]) -> [u8; N] {
+    let mut out = [0u8; N];
+    let mut i = 0;
+    while i < text.len() && i + 1 < N {
+        out[i] = text[i];
+        i += 1;
+    }
+    out
 }
 
 /// The error for a status from [`missing_status`] (`None` for any other status), naming `context`.

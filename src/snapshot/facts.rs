@@ -11,8 +11,42 @@ pub const NCCL: NcclVersion = NcclVersion {
 /// Their cuda.h's `CUDA_VERSION`.
 pub const CUDA_VERSION: u32 = 13000;
 
-/// The size of each struct the shim fills, as bindgen's layout tests state it; 0: not declared.
-pub const FILLED_STRUCT_SIZES: [(&str, usize); 2] = [
-    ("ncclConfig_t", 88),
-    ("ncclSimInfo_t", 24),
+/// Each struct the shim fills, as clang laid it out for bindgen (whose layout tests hold the Rust type to the
+/// same): its C name, its size and the offset of every field.
+pub const FILLED_STRUCTS: &[StructLayout] = &[
+    (
+        "ncclConfig_t",
+        88,
+        &[
+            ("size", 0),
+            ("magic", 8),
+            ("version", 12),
+            ("blocking", 16),
+            ("cgaClusterSize", 20),
+            ("minCTAs", 24),
+            ("maxCTAs", 28),
+            ("netName", 32),
+            ("splitShare", 40),
+            ("trafficClass", 44),
+            ("commName", 48),
+            ("collnetEnable", 56),
+            ("CTAPolicy", 60),
+            ("shrinkShare", 64),
+            ("nvlsCTAs", 68),
+            ("nChannelsPerNetPeer", 72),
+            ("nvlinkCentricSched", 76),
+            ("graphUsageMode", 80),
+            ("numRmaCtx", 84),
+        ],
+    ),
+    (
+        "ncclSimInfo_t",
+        24,
+        &[
+            ("size", 0),
+            ("magic", 8),
+            ("version", 12),
+            ("estimatedTime", 16),
+        ],
+    ),
 ];

@@ -101,6 +101,37 @@ pub fn test_command(test: &str, env: &[(&str, String)]) -> Command {
     cmd
 }
 
+/// Set in the child [`alone`] starts: the test it runs.
+const ALONE: &str = "METRALE_TEST_ALONE";
+
+/// For a test that needs its process to itself (no other test's thread calling NCCL meanwhile, as
+/// `check_nccl_with_last_error`'s contract asks): `true` in a child that runs this test alone (one test,
+/// one thread: the test's body then runs there), `false` in the caller once that child passed (panics
+/// with its output otherwise). `test` is the test's full name, `module::function`.
+pub fn alone(test: &str) -> bool {
+    if std::env::var(ALONE).as_deref() == Ok(test) {
+        return true;
+    }
+    let text = passed(test, test_command(test, &[(ALONE, test.to_string())]));
+    print!("{text}");
+    false
+}
+
+/// Runs `cmd`, a [`test_command`] for `test`, to its end: its output, once the child passed its one
+/// test; panics with that output otherwise.
+pub fn passed(test: &str, mut cmd: Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot start {test} in a child: {e}"));
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "{test} failed in its child:\n{text}"
+    );
+    text
+}
+
 /// This test binary, as this machine runs it: through the target's cargo runner where one is set
 /// (`CARGO_TARGET_<TRIPLE>_RUNNER`, qemu-user when cross-testing: the kernel cannot run it itself).
 pub fn this_binary() -> Command {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use metrale_gpu_sys::cuda;
 use metrale_gpu_sys::nccl::*;
-use metrale_gpu_sys::watchdog;
+use metrale_gpu_watchdog as watchdog;
 
 use crate::common::*;
 
@@ -42,14 +42,20 @@ fn bad_config(blocking: i32, min_ctas: i32, max_ctas: i32) -> NcclConfig {
 ///
 /// `ncclGetLastError` is process-wide, not per thread or per call (`bad_input_without_a_gpu_is_an_error_with_nccls_text` shows it), so every
 /// case uses values no other case uses, and the call's name, to be sure the message is this call's.
-pub fn expect_error(
+///
+/// # Safety
+/// As for `check_nccl_with_last_error`: no other thread calls NCCL between the call that returned `res`
+/// and this check's return (the process runs one test, on one thread, with no communicator of its
+/// own at work).
+pub unsafe fn expect_error(
     what: &str,
     res: NcclResult,
     code: NcclResult,
     text: &str,
     last: &[&str],
 ) -> Result<String, String> {
-    let err = match check_nccl(res, what) {
+    // SAFETY: the caller's promise.
+    let err = match unsafe { check_nccl_with_last_error(res, what) } {
         Ok(()) => {
             return Err(format!(
                 "{what}: returned ncclSuccess, expected NCCL error {}",
@@ -96,6 +102,10 @@ pub fn expect_error(
 /// checks are GPU tests (`bad_input_on_gpus`).
 #[test]
 fn bad_input_without_a_gpu_is_an_error_with_nccls_text() {
+    // NCCL's last-error message is read below: in a process of its own, with no other test's thread.
+    if !child::alone("bad_input::bad_input_without_a_gpu_is_an_error_with_nccls_text") {
+        return;
+    }
     let mut x = [0f32; 16];
     let p: *mut c_void = x.as_mut_ptr().cast();
     let inv = NcclResult::ncclInvalidArgument;
@@ -118,7 +128,8 @@ fn bad_input_without_a_gpu_is_an_error_with_nccls_text() {
         }
     };
     // SAFETY: every call gets a NULL communicator, which NCCL checks before touching anything else;
-    // the other pointers are valid host memory that NCCL never dereferences on this path.
+    // the other pointers are valid host memory that NCCL never dereferences on this path. This test
+    // runs alone in its process, on one thread (`child::alone`): NCCL's last error is this thread's.
     unsafe {
         check(expect_error(
             "ncclAllReduce(comm NULL)",
@@ -305,13 +316,16 @@ fn bad_input_without_a_gpu_is_an_error_with_nccls_text() {
     );
     // SAFETY: NULL out argument, checked by NCCL (it records no message of its own).
     let res = unsafe { ncclGetVersion(null_mut()) };
-    check(expect_error(
-        "ncclGetVersion(NULL) after another thread's failure",
-        res,
-        inv,
-        ia,
-        &["CommCount : comm argument is NULL"],
-    ));
+    // SAFETY: the other thread was joined before the call: this test's thread is the one calling NCCL.
+    check(unsafe {
+        expect_error(
+            "ncclGetVersion(NULL) after another thread's failure",
+            res,
+            inv,
+            ia,
+            &["CommCount : comm argument is NULL"],
+        )
+    });
 
     // Without a driver the config is never looked at: CUDA's initialisation fails first.
     if matches!(
@@ -324,13 +338,16 @@ fn bad_input_without_a_gpu_is_an_error_with_nccls_text() {
             let mut config = bad_config(blocking, min, max);
             // SAFETY: comm and config are valid for the call.
             let res = unsafe { ncclCommInitRankConfig(&mut comm, 1, id, 0, &mut config) };
-            check(expect_error(
-                &format!("ncclCommInitRankConfig({what}) without a driver"),
-                res,
-                NcclResult::ncclUnhandledCudaError,
-                "unhandled cuda error",
-                &["CUDA driver version is insufficient"],
-            ));
+            // SAFETY: this test runs alone in its process, on one thread (`child::alone`).
+            check(unsafe {
+                expect_error(
+                    &format!("ncclCommInitRankConfig({what}) without a driver"),
+                    res,
+                    NcclResult::ncclUnhandledCudaError,
+                    "unhandled cuda error",
+                    &["CUDA driver version is insufficient"],
+                )
+            });
             assert!(comm.is_null(), "a failed init left a handle");
         }
     } else {
@@ -381,7 +398,9 @@ fn bad_input_rank(me: &Me) {
     let (root, peer, rank) = (n as i32 + 3, n as i32 + 4, n as i32 + 3);
     let id = NcclUniqueId::new().expect("ncclGetUniqueId");
     // SAFETY: every call gets live handles and buffers of COUNT floats on this rank's device; NCCL checks
-    // the bad argument before it enqueues anything (so nothing waits for another rank).
+    // the bad argument before it enqueues anything (so nothing waits for another rank). Each rank is a
+    // process of its own running this test on one thread, with its communicator idle between the
+    // cases: NCCL's last error is this thread's.
     unsafe {
         case(
             "datatype 99",
@@ -514,7 +533,8 @@ fn bad_input_rank(me: &Me) {
     } else {
         case(
             "misaligned window",
-            expect_error(&what, res, inv, ia, &["aligned"]),
+            // SAFETY: this rank's process runs this test alone, on one thread; its communicator is idle.
+            unsafe { expect_error(&what, res, inv, ia, &["aligned"]) },
         );
         assert!(
             win.is_null(),

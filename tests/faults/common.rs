@@ -11,7 +11,7 @@ pub use metrale_gpu_testkit::ranks::{self, Me};
 pub use metrale_gpu_testkit::world::World;
 
 use metrale_gpu_sys::nccl::*;
-use metrale_gpu_sys::watchdog::Watchdog;
+use metrale_gpu_watchdog::Watchdog;
 
 /// Seconds from an env variable (for the GPU runner to shorten a bound), else `default`.
 pub fn secs_from_env(var: &str, default: u64) -> Duration {

@@ -2,7 +2,7 @@
 //!
 //! - A peer SIGKILLed mid-collective (10 times, `METRALE_FAULT_KILL_REPS`), a peer that never arrives,
 //!   an abort from another thread while a collective is stuck (`peers.rs`): the watchdog
-//!   (`metrale_gpu_sys::watchdog`) returns an error on every surviving rank within a stated bound,
+//!   (`metrale_gpu_watchdog`) returns an error on every surviving rank within a stated bound,
 //!   measured and printed on a `MEASURED` line, and each process cleans up.
 //! - Bad input (`bad_input.rs`): NCCL's error code and text, never a crash, and the communicator still
 //!   works afterwards.

@@ -5,10 +5,10 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use metrale_gpu_sys::nccl::*;
-use metrale_gpu_sys::watchdog::{self, WaitError};
 use metrale_gpu_testkit::child::Finished;
 use metrale_gpu_testkit::placement::Plan;
 use metrale_gpu_testkit::ranks::Job;
+use metrale_gpu_watchdog::{self as watchdog, WaitError};
 
 use crate::common::*;
 use crate::process::{comm_threads, cpu_seconds, threads};
@@ -381,7 +381,7 @@ fn time_out_alone(me: &Me) -> String {
         "{err}"
     );
     if let WaitError::Timeout {
-        abort_error: Some(e),
+        give_up_error: Some(e),
         ..
     } = &err
     {

@@ -8,22 +8,35 @@
 //! Scenarios (`METRALE_ELASTIC_SCENARIOS`, a comma list; all by default):
 //! - `RxD` for (ranks, deaths) in 2x1, 3x1, 4x1, 4x2, 8x1, 8x3: D ranks other than rank 0, chosen at
 //!   random, killed together at a random moment of the steady loop; as many replacements join at once;
-//! - `shrink`: 4 ranks, one killed in the steady loop, another when rank 0 announces its plan (during
-//!   the shrink or the checks after it): the survivors recover again;
-//! - `grow`: 4 ranks, one killed in the steady loop, another (a survivor or a replacement) when rank 0
-//!   starts the grow: they recover again, and a further replacement restores the size;
-//! - `growid`: 4 ranks, one killed in the steady loop, then the last rank of the survivors' communicator
-//!   when rank 0 is about to make the grow id (held there by `METRALE_ELASTIC_GROW_ID_DELAY_MS`, past
-//!   its last look at the rendezvous): NCCL's `ncclCommGetUniqueId` retries the dead rank, rank 0 gives
-//!   the call up on the rendezvous's news, and they recover again and grow back;
+//! - `8@PHASE`: 8 ranks, one killed in the steady loop, a second when rank 0 enters PHASE of the
+//!   recovery: `agree` (its detect line: the survivors report), `make` (its plan: the shrink or init),
+//!   `checks` (the new communicator made: its checked all-reduces), `waiting` (training below full
+//!   size until replacements come), `growid` (rank 0 about to make the grow id; the victim is the
+//!   parent's last rank, and rank 0 is held there by `METRALE_ELASTIC_GROW_ID_DELAY_MS`, past its last
+//!   look at the rendezvous, so NCCL's `ncclCommGetUniqueId` retries the dead rank and rank 0 must give
+//!   the call up), `grow` (the grow) and `growchecks` (the grown communicator made: its checks);
+//! - `shrink`, `grow`, `growid`: the same at 4 ranks (`make`, `grow`, `growid`);
+//! - `16r2`, `16r4`: 16 ranks, half the deaths at a random moment of the steady loop, the others
+//!   each when rank 0 enters a phase of the recovery chosen at random;
+//! - `late`: 8 ranks, 2 killed; the replacements start 3 s after rank 0 says it trains below full size,
+//!   and grow the world that kept training;
+//! - `never`: 8 ranks, 2 killed, no replacement: the survivors train on at 6 to the last round;
 //! - `coordinator`: 4 ranks, rank 0 killed in the steady loop: every other rank must end with the
-//!   example's clear error (rank 0 is gone) within twice the deadline.
+//!   example's clear error (rank 0 is gone) within twice the deadline;
+//! - `strays`: 4x1 with a job token (`METRALE_JOB_TOKEN`) and a stream of stray connections to rank 0's
+//!   port from its first line to the end (every 250 ms: garbage, an HTTP request, a connect-and-close,
+//!   silence, an 8 MiB line, hellos and JOINs with the wrong token or none; `examples/gate/strays.rs`),
+//!   through the steady loop, the recovery and the grow: the run ends as 4x1 does, rank 0 says it
+//!   refused them, and no stray is answered a byte.
 //!
-//! One test per scenario (`two_ranks_one_killed` .. `top_rank_killed_before_the_grow`), each within
-//! the GPU runner's per-test limit; a scenario the variable leaves out prints a SKIP line. Runs per scenario:
-//! `METRALE_ELASTIC_RUNS`, else 5 for the RxD ones and 3 for the others. Every run must end as the
-//! scenario says; the times are printed per run and, per scenario, their median and worst (MEASURED
-//! lines, which the runner's summary lists).
+//! One test per scenario (`two_ranks_one_killed` .. `four_ranks_one_killed_among_strays`), each within the GPU
+//! runner's per-test limit; a scenario the variable leaves out prints a SKIP line. Runs per scenario:
+//! `METRALE_ELASTIC_RUNS`, else 5 for the RxD and 8-rank phase ones and 3 for the others. Every
+//! process runs `METRALE_ELASTIC_ITERS` rounds (default 3000) of `--step-ms 5`: long enough for the
+//! replacements to start and grow the world before the end. Every run must end as the scenario says:
+//! every process not killed ends well, in one final world, ranks 0 to N-1 of N, N the first world's
+//! size (`never`: its survivors'); the times are printed per run and, per scenario, their median and
+//! worst (MEASURED lines, which the runner's summary lists).
 //! The example is found through `METRALE_ELASTIC_BIN`, else at `<this test binary's dir>/../examples/
 //! elastic` (`cargo build --release --example elastic` puts it there).
 
@@ -31,11 +44,19 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use metrale_gpu_testkit::child::{self, Child};
 use metrale_gpu_testkit::gpu::{gpus, measured, skip};
+use metrale_gpu_testkit::hex;
 use metrale_gpu_testkit::placement::{Mode, Plan};
+
+/// The stray connections the examples' own CPU tests send.
+#[path = "../../examples/gate/strays.rs"]
+mod strays;
 
 /// The example's `--deadline`: how long a collective may hang before the survivors give up on it.
 const DEADLINE_VAR: &str = "METRALE_ELASTIC_DEADLINE";
@@ -48,77 +69,173 @@ const GROW_ID_DELAY: (&str, &str) = ("METRALE_ELASTIC_GROW_ID_DELAY_MS", "500");
 const STEP_LIMIT: Duration = Duration::from_secs(90);
 /// The latest moment of a kill after every rank is steady.
 const KILL_WINDOW_MS: u64 = 400;
+/// Rounds every process trains (`--iters`), and what each computes first (`--step-ms`).
+const ITERS_VAR: &str = "METRALE_ELASTIC_ITERS";
+const ITERS: usize = 3000;
+const STEP_MS: &str = "5";
+/// How long after rank 0 trains below full size the `late` scenario's replacements start.
+const LATE: Duration = Duration::from_secs(3);
+
+/// A phase of a recovery in which a later death lands: when rank 0 enters it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Agree,
+    Make,
+    Checks,
+    Waiting,
+    GrowId,
+    Grow,
+    GrowChecks,
+}
+
+impl Phase {
+    const ALL: [Phase; 7] = [
+        Phase::Agree,
+        Phase::Make,
+        Phase::Checks,
+        Phase::Waiting,
+        Phase::GrowId,
+        Phase::Grow,
+        Phase::GrowChecks,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Agree => "agree",
+            Phase::Make => "make",
+            Phase::Checks => "checks",
+            Phase::Waiting => "waiting",
+            Phase::GrowId => "growid",
+            Phase::Grow => "grow",
+            Phase::GrowChecks => "growchecks",
+        }
+    }
+
+    /// Whether rank 0's `line` says it enters this phase.
+    fn starts(self, line: &str) -> bool {
+        let (phase, how) = (word(line, "phase"), word(line, "how"));
+        let remade = phase == "made" && field(line, "gen").is_some_and(|g| g > 0.0);
+        match self {
+            Phase::Agree => phase == "detect",
+            Phase::Make => phase == "plan",
+            Phase::Checks => remade && how != "grow",
+            Phase::Waiting => phase == "waiting",
+            Phase::GrowId => phase == "growid",
+            Phase::Grow => phase == "growing",
+            Phase::GrowChecks => remade && how == "grow",
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Scenario {
-    Deaths { ranks: usize, deaths: usize },
-    DuringShrink,
-    DuringGrow,
-    BeforeGrowId,
+    /// `deaths` killed together in the steady loop.
+    Deaths {
+        ranks: usize,
+        deaths: usize,
+    },
+    /// One killed in the steady loop, a second when rank 0 enters `phase`.
+    Second {
+        ranks: usize,
+        phase: Phase,
+    },
+    /// Half the `deaths` in the steady loop, each other one at a phase chosen at random.
+    Random {
+        ranks: usize,
+        deaths: usize,
+    },
+    /// 2 of 8 killed; the replacements start late.
+    Late,
+    /// 2 of 8 killed; no replacement.
+    Never,
     Coordinator,
+    /// 4x1 among stray connections, with a job token.
+    Strays,
 }
 
-const ALL: [Scenario; 10] = [
-    Scenario::Deaths {
-        ranks: 2,
-        deaths: 1,
-    },
-    Scenario::Deaths {
-        ranks: 3,
-        deaths: 1,
-    },
-    Scenario::Deaths {
-        ranks: 4,
-        deaths: 1,
-    },
-    Scenario::Deaths {
-        ranks: 4,
-        deaths: 2,
-    },
-    Scenario::Deaths {
-        ranks: 8,
-        deaths: 1,
-    },
-    Scenario::Deaths {
-        ranks: 8,
-        deaths: 3,
-    },
-    Scenario::DuringShrink,
-    Scenario::DuringGrow,
-    Scenario::BeforeGrowId,
-    Scenario::Coordinator,
-];
+/// Every scenario, in the order of the tests.
+fn all() -> Vec<Scenario> {
+    let deaths = [(2, 1), (3, 1), (4, 1), (4, 2), (8, 1), (8, 3)]
+        .map(|(ranks, deaths)| Scenario::Deaths { ranks, deaths });
+    let four =
+        [Phase::Make, Phase::Grow, Phase::GrowId].map(|phase| Scenario::Second { ranks: 4, phase });
+    let eight = Phase::ALL.map(|phase| Scenario::Second { ranks: 8, phase });
+    let random = [2, 4].map(|deaths| Scenario::Random { ranks: 16, deaths });
+    let rest = [
+        Scenario::Late,
+        Scenario::Never,
+        Scenario::Coordinator,
+        Scenario::Strays,
+    ];
+    deaths
+        .into_iter()
+        .chain(four)
+        .chain(eight)
+        .chain(random)
+        .chain(rest)
+        .collect()
+}
 
 impl Scenario {
     fn name(self) -> String {
         match self {
             Scenario::Deaths { ranks, deaths } => format!("{ranks}x{deaths}"),
-            Scenario::DuringShrink => "shrink".into(),
-            Scenario::DuringGrow => "grow".into(),
-            Scenario::BeforeGrowId => "growid".into(),
+            // The 4-rank ones keep the names of their first GPU runs.
+            Scenario::Second { ranks: 4, phase } => match phase {
+                Phase::Make => "shrink".into(),
+                other => other.name().into(),
+            },
+            Scenario::Second { ranks, phase } => format!("{ranks}@{}", phase.name()),
+            Scenario::Random { ranks, deaths } => format!("{ranks}r{deaths}"),
+            Scenario::Late => "late".into(),
+            Scenario::Never => "never".into(),
             Scenario::Coordinator => "coordinator".into(),
+            Scenario::Strays => "strays".into(),
         }
     }
 
     fn ranks(self) -> usize {
         match self {
-            Scenario::Deaths { ranks, .. } => ranks,
-            _ => 4,
+            Scenario::Deaths { ranks, .. }
+            | Scenario::Second { ranks, .. }
+            | Scenario::Random { ranks, .. } => ranks,
+            Scenario::Late | Scenario::Never => 8,
+            Scenario::Coordinator | Scenario::Strays => 4,
         }
     }
 
-    /// Ranks killed in the steady loop, and later ones (during the recovery).
-    fn deaths(self) -> (usize, usize) {
+    /// Ranks killed in the steady loop, and the phases of the later ones (during the recovery).
+    fn deaths(self) -> (usize, Vec<Phase>) {
         match self {
-            Scenario::Deaths { deaths, .. } => (deaths, 0),
-            Scenario::DuringShrink | Scenario::DuringGrow | Scenario::BeforeGrowId => (1, 1),
-            Scenario::Coordinator => (1, 0),
+            Scenario::Deaths { deaths, .. } => (deaths, Vec::new()),
+            Scenario::Second { phase, .. } => (1, vec![phase]),
+            Scenario::Random { deaths, .. } => {
+                // Not the grow id: its victim must be the parent's last rank (its own scenario).
+                let phases: Vec<Phase> = Phase::ALL
+                    .into_iter()
+                    .filter(|&p| p != Phase::GrowId)
+                    .collect();
+                let later = (0..deaths - deaths / 2)
+                    .map(|_| phases[random(phases.len() as u64) as usize])
+                    .collect();
+                (deaths / 2, later)
+            }
+            Scenario::Late | Scenario::Never => (2, Vec::new()),
+            Scenario::Coordinator | Scenario::Strays => (1, Vec::new()),
+        }
+    }
+
+    /// The final world's size the rules promise.
+    fn final_size(self) -> usize {
+        match self {
+            Scenario::Never => self.ranks() - self.deaths().0,
+            _ => self.ranks(),
         }
     }
 
     fn default_runs(self) -> usize {
         match self {
-            Scenario::Deaths { .. } => 5,
+            Scenario::Deaths { .. } | Scenario::Second { ranks: 8, .. } => 5,
             _ => 3,
         }
     }
@@ -135,9 +252,13 @@ fn runs_of(scenario: Scenario) -> usize {
         .collect();
     for name in &wanted {
         assert!(
-            ALL.iter().any(|s| s.name() == *name),
+            all().iter().any(|s| s.name() == *name),
             "{SCENARIOS_VAR} names {name:?}; the scenarios are {}",
-            ALL.map(Scenario::name).join(", ")
+            all()
+                .into_iter()
+                .map(Scenario::name)
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     if !wanted.is_empty() && !wanted.contains(&scenario.name().as_str()) {
@@ -220,6 +341,8 @@ struct Times {
     grow_ms: Option<f64>,
     /// Lost generations rank 0 recovered from.
     rounds: usize,
+    /// Processes killed in the run.
+    killed: usize,
 }
 
 /// The processes of one run, rank 0 first, then the other ranks, then replacements in start order.
@@ -236,6 +359,9 @@ struct Run<'a> {
     replacements: usize,
     /// Variables for rank 0 alone.
     rank0_env: Vec<(&'static str, &'static str)>,
+    /// Variables for every process.
+    env: Vec<(&'static str, String)>,
+    iters: usize,
 }
 
 impl Run<'_> {
@@ -247,10 +373,13 @@ impl Run<'_> {
         cmd.args(role)
             .args(["--local-rank", &place.device.to_string()])
             .args(["--master", &self.master])
-            .args(["--deadline", &self.deadline.as_secs().to_string()]);
+            .args(["--deadline", &self.deadline.as_secs().to_string()])
+            .args(["--iters", &self.iters.to_string()])
+            .args(["--step-ms", STEP_MS]);
         for (k, v) in self.plan.nccl_env(index) {
             cmd.env(k, v);
         }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         if index == 0 {
             cmd.envs(self.rank0_env.iter().copied());
         }
@@ -308,6 +437,7 @@ fn one_run(
 ) -> Result<Option<Times>, String> {
     let ranks = scenario.ranks();
     let (first, later) = scenario.deaths();
+    let later = later.len();
     let deadline = Duration::from_secs(
         std::env::var(DEADLINE_VAR)
             .ok()
@@ -330,9 +460,24 @@ fn one_run(
         killed: Vec::new(),
         replacements: 0,
         rank0_env: match scenario {
-            Scenario::BeforeGrowId => vec![GROW_ID_DELAY],
+            Scenario::Second {
+                phase: Phase::GrowId,
+                ..
+            } => vec![GROW_ID_DELAY],
             _ => Vec::new(),
         },
+        // Among strays the job has a token, as it should wherever strangers reach the port: without
+        // one a forged JOIN would be queued as a replacement.
+        env: match scenario {
+            Scenario::Strays => {
+                vec![(TOKEN_VAR, format!("elastic-test-{:016x}", random(u64::MAX)))]
+            }
+            _ => Vec::new(),
+        },
+        iters: std::env::var(ITERS_VAR)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(ITERS),
     };
     let result = drive(&mut r, scenario);
     if result.is_err() {
@@ -354,6 +499,7 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
         .wait_line("ELASTIC phase=listening", STEP_LIMIT)
         .ok_or("rank 0 never listened")?;
     r.master = format!("127.0.0.1:{}", word(&line, "port"));
+    let stream = (scenario == Scenario::Strays).then(|| StrayStream::start(r.master.clone()));
     for rank in 1..ranks {
         r.start(&[
             arg("--rank"),
@@ -373,34 +519,27 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
     if scenario == Scenario::Coordinator {
         return coordinator_dies(r).map(|()| None);
     }
-    let (first, later) = scenario.deaths();
+    let (first, mut later) = scenario.deaths();
     let killed_at = pick((1..ranks).collect(), first)
         .into_iter()
         .map(|i| r.kill(i))
         .min()
         .unwrap_or(0);
-    let mut later_left = later;
-    // Rank 0's lines steer the rest: replacements when it waits for them, the later kill.
+    // Rank 0's lines steer the rest: replacements when it trains below full size, the later kills.
+    // Between them it may train silently to the last round: 50 ms a round bounds that, with room.
+    let silence = STEP_LIMIT.max(Duration::from_millis(50) * r.iters as u32);
     loop {
         let (_, line) = r.procs[0]
-            .wait_line("ELASTIC ", STEP_LIMIT)
-            .ok_or(format!("rank 0 said nothing more within {STEP_LIMIT:?}"))?;
-        let phase = word(&line, "phase");
-        let kill_now = match scenario {
-            Scenario::DuringShrink => phase == "plan",
-            Scenario::DuringGrow => phase == "growing",
-            Scenario::BeforeGrowId => phase == "growid",
-            _ => false,
-        };
-        if kill_now && later_left > 0 {
-            later_left -= 1;
-            let victim = match scenario {
+            .wait_line("ELASTIC ", silence)
+            .ok_or(format!("rank 0 said nothing more within {silence:?}"))?;
+        if let Some(at) = later.iter().position(|p| p.starts(&line)) {
+            let victim = match later.remove(at) {
                 // The parent's last rank (the one ncclCommGetUniqueId sends to besides rank 0): the
-                // first world's highest survivor, as nobody has joined yet.
-                Scenario::BeforeGrowId => r
+                // highest live member of the world that grows (none of the replacements joined yet).
+                Phase::GrowId => r
                     .live_members()
                     .into_iter()
-                    .filter(|&i| i < ranks)
+                    .filter(|&i| i < ranks || r.procs[i].output().contains("ELASTIC "))
                     .max()
                     .into_iter()
                     .collect(),
@@ -410,7 +549,10 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
                 r.kill(i);
             });
         }
-        if phase == "waiting" {
+        if word(&line, "phase") == "waiting" && scenario != Scenario::Never {
+            if scenario == Scenario::Late {
+                std::thread::sleep(LATE);
+            }
             let need = field(&line, "replacements").unwrap_or(0.0) as usize;
             for _ in r.pending()..need {
                 r.start_replacement()?;
@@ -420,14 +562,25 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
             break;
         }
     }
-    // Every live process ends well, and together they are the full world, ranks in order.
+    // Every live process ends well, and together they are the final world, ranks in order. A
+    // replacement that never joined (the job ended first) says so and counts for nothing.
     let mut finals = Vec::new();
     for i in 0..r.procs.len() {
         if r.killed[i] {
             continue;
         }
         let p = &mut r.procs[i];
-        match p.wait_exit(STEP_LIMIT) {
+        let status = p.wait_exit(STEP_LIMIT);
+        if i >= ranks
+            && p.output()
+                .contains("the job finished before this replacement could join")
+        {
+            return Err(format!(
+                "{} never joined: the job ended first (raise {ITERS_VAR})",
+                p.name
+            ));
+        }
+        match status {
             Some(status) if status.success() => {}
             status => return Err(format!("{} exited with {status:?} (None: killed)", p.name)),
         }
@@ -443,17 +596,144 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
         .filter_map(|(r, _)| r.map(|r| r as usize))
         .collect();
     got.sort_unstable();
-    if got != (0..ranks).collect::<Vec<_>>() || finals.iter().any(|(_, s)| *s != Some(ranks as f64))
-    {
+    let size = scenario.final_size();
+    if got != (0..size).collect::<Vec<_>>() || finals.iter().any(|(_, s)| *s != Some(size as f64)) {
         return Err(format!(
-            "the final world is not ranks 0..{ranks} of {ranks}: {finals:?}"
+            "the final world is not ranks 0..{size} of {size}: {finals:?}"
         ));
     }
     let rank0 = r.procs[0].output();
-    if scenario == Scenario::BeforeGrowId && !rank0.contains("ncclCommGetUniqueId: given up") {
+    let growid = matches!(
+        scenario,
+        Scenario::Second {
+            phase: Phase::GrowId,
+            ..
+        }
+    );
+    if growid && !rank0.contains("ncclCommGetUniqueId: given up") {
         return Err("the kill missed rank 0's ncclCommGetUniqueId: rank 0 gave no call up".into());
     }
-    measure(&rank0, killed_at, ranks).map(Some)
+    if !later.is_empty() {
+        return Err(format!(
+            "rank 0 never entered {:?}, where a death was to land",
+            later.iter().map(|p| p.name()).collect::<Vec<_>>()
+        ));
+    }
+    if let Some(stream) = stream {
+        let tally = stream.stop();
+        println!("{}: {tally}", r.name);
+        if !tally.harmless() || !rank0.contains("rendezvous: refused") {
+            return Err(format!(
+                "the strays were not all refused unanswered, or rank 0 did not say so: {tally}"
+            ));
+        }
+    }
+    let resumed = rank0.find("phase=shrink");
+    if scenario == Scenario::Late && (resumed.is_none() || resumed > rank0.find("phase=growing")) {
+        return Err("rank 0 did not train on before the late replacements came".into());
+    }
+    let killed = r.killed.iter().filter(|&&k| k).count();
+    measure(&rank0, killed_at, size).map(|t| Some(Times { killed, ..t }))
+}
+
+/// The example's job token variable (`examples/gate/token.rs`).
+const TOKEN_VAR: &str = "METRALE_JOB_TOKEN";
+/// How often the stream sends a round of strays.
+const STRAY_ROUND: Duration = Duration::from_millis(250);
+
+/// A round of strays every [`STRAY_ROUND`] to rank 0's port, from a thread of its own, until stopped
+/// (or dropped: a run that failed early).
+struct StrayStream {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Tally>>,
+}
+
+/// What the strays of a stream saw.
+#[derive(Default)]
+struct Tally {
+    sent: usize,
+    /// Strays rank 0 sent a byte to, or did not close: each a failure.
+    wrong: Vec<String>,
+}
+
+impl Tally {
+    fn harmless(&self) -> bool {
+        self.sent > 0 && self.wrong.is_empty()
+    }
+
+    fn add(&mut self, stray: JoinHandle<strays::Stray>) {
+        self.sent += 1;
+        if let Err(e) = strays::refused(stray) {
+            self.wrong.push(e);
+        }
+    }
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} stray connections, {} answered or left open",
+            self.sent,
+            self.wrong.len()
+        )?;
+        self.wrong.iter().try_for_each(|w| write!(f, "; {w}"))
+    }
+}
+
+impl StrayStream {
+    fn start(master: String) -> StrayStream {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let other = hex::encode(b"another-job");
+            let hellos = [
+                ("a wrong-token hello", format!("HELLO 1 token={other}\n")),
+                ("a wrong-token JOIN", format!("JOIN token={other}\n")),
+                (
+                    "a forged hello without a token",
+                    "HELLO 1 token=\n".to_string(),
+                ),
+                ("a JOIN without a token", "JOIN token=\n".to_string()),
+            ];
+            let (mut tally, mut running) = (Tally::default(), Vec::new());
+            while !stopped.load(Ordering::Acquire) {
+                running.extend(strays::send(
+                    &master,
+                    strays::kinds(&hellos, true),
+                    STEP_LIMIT,
+                ));
+                let (done, left) = running.into_iter().partition(JoinHandle::is_finished);
+                running = left;
+                done.into_iter().for_each(|s| tally.add(s));
+                std::thread::sleep(STRAY_ROUND);
+            }
+            running.into_iter().for_each(|s| tally.add(s));
+            tally
+        });
+        StrayStream {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the stream; what its strays saw, once each has ended.
+    fn stop(mut self) -> Tally {
+        self.stop.store(true, Ordering::Release);
+        let thread = self.thread.take().map(JoinHandle::join);
+        let mut tally = Tally::default();
+        match thread {
+            Some(Ok(t)) => tally = t,
+            _ => tally.wrong.push("the stream's thread panicked".into()),
+        }
+        tally
+    }
+}
+
+impl Drop for StrayStream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
 }
 
 /// Rank 0 killed: every other rank must end with the example's error, within twice the deadline (its
@@ -499,11 +779,16 @@ fn measure(output: &str, killed_at: u128, ranks: usize) -> Result<Times, String>
         .last()
         .ok_or("rank 0 printed no shrink line")?;
     let num = |l: &str, k: &str| field(l, k).ok_or(format!("no number {k}= in {l:?}"));
-    // The full size comes back by the grow, or, where the grow was given up, by the last init.
+    // The final size comes from the grow, or, where the grow was given up (or none was to come), by
+    // the last shrink or init.
     let grow = match phase("grow").last() {
         Some(grow) => Some(grow),
         None if field(shrink, "size") == Some(ranks as f64) => None,
-        None => return Err("rank 0 printed no grow line and no init at full size".into()),
+        None => {
+            return Err(format!(
+                "rank 0 printed no grow line and no shrink or init to {ranks}"
+            ))
+        }
     };
     for l in std::iter::once(shrink).chain(grow) {
         if !l.contains("allreduce=ok") {
@@ -520,6 +805,7 @@ fn measure(output: &str, killed_at: u128, ranks: usize) -> Result<Times, String>
         made_by: word(shrink, "how").to_string(),
         grow_ms: grow.map(|g| num(g, "grow_ms")).transpose()?,
         rounds: phase("detect").count(),
+        killed: 0,
     })
 }
 
@@ -554,7 +840,7 @@ fn run_scenario(scenario: Scenario) {
             Ok(Some(t)) => {
                 measured(&format!(
                     "{test} run {run}: detect {:.1} ms ({}), revoke {:.1} ms, agree {:.1} ms, {} {:.1} ms, {}, \
-                     {} round(s), {:.1} s in all",
+                     {} round(s), {} killed, {:.1} s in all",
                     t.detect_ms,
                     t.how,
                     t.revoke_ms,
@@ -565,6 +851,7 @@ fn run_scenario(scenario: Scenario) {
                         "grow {g:.1} ms"
                     )),
                     t.rounds,
+                    t.killed,
                     start.elapsed().as_secs_f64()
                 ));
                 rows.push(t);
@@ -608,10 +895,22 @@ scenarios! {
     four_ranks_two_killed: Scenario::Deaths { ranks: 4, deaths: 2 };
     eight_ranks_one_killed: Scenario::Deaths { ranks: 8, deaths: 1 };
     eight_ranks_three_killed: Scenario::Deaths { ranks: 8, deaths: 3 };
-    killed_during_shrink: Scenario::DuringShrink;
-    killed_during_grow: Scenario::DuringGrow;
-    top_rank_killed_before_the_grow: Scenario::BeforeGrowId;
+    killed_during_shrink: Scenario::Second { ranks: 4, phase: Phase::Make };
+    killed_during_grow: Scenario::Second { ranks: 4, phase: Phase::Grow };
+    top_rank_killed_before_the_grow: Scenario::Second { ranks: 4, phase: Phase::GrowId };
+    eight_ranks_second_death_agreeing: Scenario::Second { ranks: 8, phase: Phase::Agree };
+    eight_ranks_second_death_making: Scenario::Second { ranks: 8, phase: Phase::Make };
+    eight_ranks_second_death_checking: Scenario::Second { ranks: 8, phase: Phase::Checks };
+    eight_ranks_second_death_below_full_size: Scenario::Second { ranks: 8, phase: Phase::Waiting };
+    eight_ranks_second_death_before_the_grow_id: Scenario::Second { ranks: 8, phase: Phase::GrowId };
+    eight_ranks_second_death_growing: Scenario::Second { ranks: 8, phase: Phase::Grow };
+    eight_ranks_second_death_checking_the_grow: Scenario::Second { ranks: 8, phase: Phase::GrowChecks };
+    sixteen_ranks_two_deaths_at_random: Scenario::Random { ranks: 16, deaths: 2 };
+    sixteen_ranks_four_deaths_at_random: Scenario::Random { ranks: 16, deaths: 4 };
+    replacements_arriving_late: Scenario::Late;
+    replacements_never_arriving: Scenario::Never;
     coordinator_killed: Scenario::Coordinator;
+    four_ranks_one_killed_among_strays: Scenario::Strays;
 }
 
 /// Rank 0's lines of a GPU run (4 ranks, one killed; the grow timed out with every rank alive on a GPU
@@ -637,4 +936,49 @@ fn a_given_up_grow_then_an_init_at_full_size_is_a_recovery() {
         (0.5, 2, "init")
     );
     assert!(measure(&lines(3), 1_000_000, 4).is_err());
+}
+
+/// Each phase's kill fires on the line rank 0 prints when it enters that phase, and on no other of a
+/// recovery's lines (the example's formats).
+#[test]
+fn each_phase_starts_on_its_own_line_of_rank_0() {
+    let lines = [
+        (None, "ELASTIC phase=made rank=0 size=8 gen=0 how=init step=0"),
+        (None, "ELASTIC phase=steady rank=0 size=8 iterations=100"),
+        (
+            Some(Phase::Agree),
+            "ELASTIC phase=detect rank=0 gen=0 how=rendezvous held=revoked at_unix_us=1 waited_ms=1.0",
+        ),
+        (
+            Some(Phase::Make),
+            "ELASTIC phase=plan rank=0 gen=1 how=shrink dead=3 size=7 step=140 agree_ms=0.3",
+        ),
+        (
+            Some(Phase::Checks),
+            "ELASTIC phase=made rank=0 size=7 gen=1 how=shrink step=140",
+        ),
+        (
+            None,
+            "ELASTIC phase=shrink rank=0 size=7 gen=1 how=shrink revoke_ms=0.5 agree_ms=0.3 shrink_ms=9.1 allreduce=ok",
+        ),
+        (
+            Some(Phase::Waiting),
+            "ELASTIC phase=waiting rank=0 gen=1 size=7 replacements=1",
+        ),
+        (Some(Phase::GrowId), "ELASTIC phase=growid rank=0 gen=1"),
+        (Some(Phase::Grow), "ELASTIC phase=growing rank=0 gen=2 size=8"),
+        (
+            Some(Phase::GrowChecks),
+            "ELASTIC phase=made rank=0 size=8 gen=2 how=grow step=170",
+        ),
+        (
+            None,
+            "ELASTIC phase=grow rank=0 size=8 gen=2 grow_ms=311.0 allreduce=ok",
+        ),
+        (None, "ELASTIC result=ok rank=0 size=8 gen=2"),
+    ];
+    for (phase, line) in lines {
+        let starts: Vec<Phase> = Phase::ALL.into_iter().filter(|p| p.starts(line)).collect();
+        assert_eq!(starts, Vec::from_iter(phase), "{line}");
+    }
 }

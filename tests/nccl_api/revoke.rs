@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use metrale_gpu_sys::nccl::*;
-use metrale_gpu_sys::watchdog::Watchdog;
+use metrale_gpu_watchdog::Watchdog;
 
 use crate::support::*;
 

@@ -1,13 +1,13 @@
 //! What the tests of this binary share beyond the testkit (re-exported here): a rank's communicator,
-//! all-reduce data checked on the host, and waits bounded by the crate's watchdog.
+//! all-reduce data checked on the host, and waits bounded by metrale-gpu-watchdog.
 
 use std::time::{Duration, Instant};
 
 use metrale_gpu_sys::nccl::*;
-use metrale_gpu_sys::watchdog::{WaitError, Watchdog};
 pub use metrale_gpu_testkit::devbuf::DevBuf;
 pub use metrale_gpu_testkit::ranks::{self, Me};
 pub use metrale_gpu_testkit::world::World;
+use metrale_gpu_watchdog::{WaitError, Watchdog};
 
 /// The longest any init, grow or collective may take in these tests before they call it a hang.
 pub const LIMIT: Duration = Duration::from_secs(60);

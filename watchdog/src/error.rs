@@ -6,15 +6,14 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::bindings::ncclResult_t;
-use crate::error::GpuError;
+use metrale_gpu_sys::nccl::{ncclResult_t, GpuError};
 
 /// What a deadline wait did to the communicators when it gave up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum GiveUp {
     /// `ncclCommAbort`: the handle is dead; it must not be used again, not even destroyed. A
-    /// [`CommWork`](super::CommWork) forgets it, so that no later call through it reaches NCCL.
+    /// [`CommWork`](crate::CommWork) forgets it, so that no later call through it reaches NCCL.
     Abort,
     /// `ncclCommRevoke`, then a wait until the communicator is quiescent with no error: the handle stays
     /// valid for `ncclCommShrink`, `ncclCommSplit` and `ncclCommDestroy` (NCCL 2.29+).
@@ -29,7 +28,7 @@ pub enum GiveUp {
 pub enum GiveUpError {
     /// `ncclCommAbort` or `ncclCommRevoke` returned an error.
     Call(GpuError),
-    /// This [`Watched`](super::Watched) cannot revoke (`Watched::revoke`'s default), or its communicator
+    /// This [`Watched`](crate::Watched) cannot revoke (`Watched::revoke`'s default), or its communicator
     /// was given up on before.
     CannotRevoke,
     /// Revoked, but still not quiescent (`ncclInProgress`) when the wait's timeout passed again.
@@ -101,8 +100,8 @@ pub enum WaitError {
         /// What was done to the communicators.
         gave_up: GiveUp,
         /// What giving up met, if anything: an abort's error, or why a revoke could not be used (the
-        /// communicators were then aborted: `gave_up` is `Abort`).
-        abort_error: Option<Box<GiveUpError>>,
+        /// communicators were then aborted: `gave_up` is `Abort`) or left them failed.
+        give_up_error: Option<Box<GiveUpError>>,
     },
     /// NCCL reported an error on a communicator: `ncclRemoteError` (a peer failed or left) or another
     /// asynchronous error, with NCCL's text; or a CUDA error on the stream; or the call a non-blocking
@@ -115,12 +114,12 @@ pub enum WaitError {
         /// What was done to the communicators.
         gave_up: GiveUp,
         /// What giving up met, if anything (as for `Timeout`).
-        abort_error: Option<Box<GiveUpError>>,
+        give_up_error: Option<Box<GiveUpError>>,
     },
-    /// A [`Watched`](super::Watched) of the caller's gave up on its own news ([`Poll::Cancel`]: a
+    /// A [`Watched`](crate::Watched) of the caller's gave up on its own news ([`Poll::Cancel`]: a
     /// rendezvous that saw a peer die, say).
     ///
-    /// [`Poll::Cancel`]: super::Poll::Cancel
+    /// [`Poll::Cancel`]: crate::Poll::Cancel
     Cancelled {
         /// What was waited for.
         context: String,
@@ -129,14 +128,14 @@ pub enum WaitError {
         /// What was done to the communicators.
         gave_up: GiveUp,
         /// What giving up met, if anything (as for `Timeout`).
-        abort_error: Option<Box<GiveUpError>>,
+        give_up_error: Option<Box<GiveUpError>>,
     },
     /// NCCL refused a communicator handle itself: `ncclCommGetAsyncError` failed with
     /// `ncclInvalidArgument`. That is NCCL's answer for NULL and for memory without a communicator's magic
     /// words, a check that catches some invalid handles and not others: a freed communicator whose memory
     /// is unchanged passes it, so a refusal proves the handle bad, and its absence proves nothing. The
     /// refused handle was not aborted (aborting would write through whatever it points to) and a
-    /// [`CommWork`](super::CommWork) never touches it again; the wait's other communicators, if any, were
+    /// [`CommWork`](crate::CommWork) never touches it again; the wait's other communicators, if any, were
     /// given up on as for `Failed`.
     Refused {
         /// What was waited for.
@@ -147,7 +146,7 @@ pub enum WaitError {
         /// they must not be used again; after `Revoke` they are quiescent and still valid.
         others: Option<GiveUp>,
         /// What giving up on the others met, if anything (as for `Timeout`).
-        abort_error: Option<Box<GiveUpError>>,
+        give_up_error: Option<Box<GiveUpError>>,
     },
     /// A communicator of the wait had been given up on before (aborted, or its handle refused): nothing
     /// was called on it. The wait's other communicators, if any, were given up on as for `Failed`.
@@ -157,7 +156,7 @@ pub enum WaitError {
         /// What was done to the wait's other communicators (as for `Refused`).
         others: Option<GiveUp>,
         /// What giving up on the others met, if anything (as for `Timeout`).
-        abort_error: Option<Box<GiveUpError>>,
+        give_up_error: Option<Box<GiveUpError>>,
     },
 }
 
@@ -198,13 +197,16 @@ impl WaitError {
         }
     }
 
-    fn abort_error(&self) -> Option<&GiveUpError> {
+    /// What giving up met, if anything: an abort NCCL failed, or why a revoke was not used (or left the
+    /// communicators failed) and they were aborted instead. [`source`](std::error::Error::source) hands it
+    /// on where the wait's own cause has no error underneath (a timeout, a cancel, an abandoned handle).
+    pub fn give_up_error(&self) -> Option<&GiveUpError> {
         match self {
-            WaitError::Timeout { abort_error, .. }
-            | WaitError::Failed { abort_error, .. }
-            | WaitError::Cancelled { abort_error, .. }
-            | WaitError::Refused { abort_error, .. }
-            | WaitError::Abandoned { abort_error, .. } => abort_error.as_deref(),
+            WaitError::Timeout { give_up_error, .. }
+            | WaitError::Failed { give_up_error, .. }
+            | WaitError::Cancelled { give_up_error, .. }
+            | WaitError::Refused { give_up_error, .. }
+            | WaitError::Abandoned { give_up_error, .. } => give_up_error.as_deref(),
         }
     }
 }
@@ -268,7 +270,7 @@ impl fmt::Display for WaitError {
                 write!(f, "; {subject} {was} revoked and {is} quiescent")?
             }
         }
-        match self.abort_error() {
+        match self.give_up_error() {
             Some(e) => write!(f, " (giving up: {e})"),
             None => Ok(()),
         }
@@ -280,14 +282,8 @@ impl std::error::Error for WaitError {
         match self {
             WaitError::Failed { error, .. } | WaitError::Refused { error, .. } => Some(&**error),
             _ => self
-                .abort_error()
+                .give_up_error()
                 .map(|e| e as &(dyn std::error::Error + 'static)),
         }
-    }
-}
-
-impl From<WaitError> for GpuError {
-    fn from(error: WaitError) -> GpuError {
-        GpuError::Wait(Box::new(error))
     }
 }

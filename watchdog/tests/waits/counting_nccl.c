@@ -1,7 +1,7 @@
-/* A stand-in for the three libnccl calls a CommWork makes, preloaded (LD_PRELOAD) into a child of the
- * watchdog tests: every communicator stays ncclInProgress, none is ever dereferenced, and each call made
- * with a handle after that handle's abort is counted. The codes come from nccl.h through the bindings
- * (-DNCCL_SUCCESS=... on the command line), not from here. */
+/* A stand-in for the three libnccl calls a Communicator and its CommWork make, preloaded (LD_PRELOAD)
+ * into a child of the watchdog's tests: every communicator stays ncclInProgress, none is ever
+ * dereferenced, and each call made with a handle after that handle's abort is counted. The codes come
+ * from nccl.h through the bindings (-DNCCL_SUCCESS=... on the command line), not from here. */
 #include <stddef.h>
 
 typedef int result_t;

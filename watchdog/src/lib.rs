@@ -1,7 +1,8 @@
-//! Waits with a deadline: the way NCCL programs die in production is a hang (a peer process dies, a host
-//! drops off, and every surviving rank spins inside a collective). These waits poll the streams and
-//! `ncclCommGetAsyncError`, and on an asynchronous error or a passed deadline give up on the
-//! communicators (abort them, or revoke them: [`GiveUp`]), so the caller gets an error instead of a hang.
+//! Waits with a deadline over NCCL communicators, on `metrale-gpu-sys`: the way NCCL programs die in
+//! production is a hang (a peer process dies, a host drops off, and every surviving rank spins inside a
+//! collective). These waits poll the streams and `ncclCommGetAsyncError`, and on an asynchronous error or
+//! a passed deadline give up on the communicators (abort them, or revoke them: [`GiveUp`]), so the caller
+//! gets an error instead of a hang.
 //!
 //! This is what PyTorch's ProcessGroupNCCL watchdog does: a thread polls each work item's CUDA event and
 //! `ncclCommGetAsyncError`; on an error or after `timeout` it calls `ncclCommAbort` and tears the process
@@ -20,11 +21,52 @@
 //!   communicators that gives up on all of them ([`Watchdog::wait_all`]: a process driving several GPUs),
 //!   and [`Watchdog::check`], which takes the status of a call on a non-blocking communicator and waits
 //!   until the communicator accepts the next call.
-//! - [`Watched`] and [`CommWork`]: what a wait polls, to compose with more (the elastic example also
-//!   watches its rendezvous for dead ranks, and cancels a wait with [`Poll::Cancel`] on its news).
+//! - [`Communicator`], [`Watched`] and [`CommWork`]: an owned communicator, and what a wait polls, to
+//!   compose with more (the elastic example also watches its rendezvous for dead ranks, and cancels a
+//!   wait with [`Poll::Cancel`] on its news).
 //!
-//! A [`CommWork`] given up on by an abort (or whose handle NCCL refused) forgets its handle: waiting on
-//! it again, aborting or revoking it again, reaches no NCCL call ([`WaitError::Abandoned`]).
+//! # Ownership
+//! Making a [`Communicator`] of a raw handle is the one `unsafe` step: the value owns the handle from then
+//! on. A [`CommWork`] borrows it mutably (two watches over one communicator cannot exist at once), and a
+//! wait that gives up by an abort aborts it in place and forgets the handle, as does NCCL's refusal of
+//! the handle: waiting on it again (through any later watch), aborting or revoking it again, reaches no
+//! NCCL call ([`WaitError::Abandoned`]). [`Communicator::abort`] consumes it. The `unsafe` functions
+//! over raw handles ([`wait_stream`], [`Watchdog::check`], …) are the same waits for a caller who keeps
+//! the raw handle, under their own contracts.
+//!
+//! ```no_run
+//! use metrale_gpu_sys::nccl::*;
+//! use metrale_gpu_watchdog::{CommWork, Communicator, WaitError, Watchdog};
+//! use std::time::Duration;
+//!
+//! /// A non-blocking init, waited for: 60 s, then the communicator is aborted.
+//! fn init(id: NcclUniqueId, nranks: i32, rank: i32) -> Result<Communicator, Box<dyn std::error::Error>> {
+//!     let mut config = NcclConfig { blocking: 0, ..NcclConfig::default() };
+//!     config.set_comm_name(c"trainer"); // NCCL keeps this pointer: a &'static CStr
+//!     let mut raw: NcclComm = std::ptr::null_mut();
+//!     // SAFETY: raw and config are valid for the call.
+//!     let status = unsafe { ncclCommInitRankConfig(&mut raw, nranks, id, rank, &mut config) };
+//!     // SAFETY: the handle the init returned (or NULL, which NCCL refuses), owned from here on.
+//!     let mut comm = unsafe { Communicator::from_raw(raw) };
+//!     Watchdog::abort_after(Duration::from_secs(60)).check_on(status, &mut CommWork::new(&mut comm), "init")?;
+//!     Ok(comm)
+//! }
+//!
+//! /// All-reduce in place, then wait for it: an error, or 30 s after the wait starts, aborts `comm`.
+//! fn all_reduce(comm: &mut Communicator, stream: CUstream, buf: *mut std::ffi::c_void, n: usize) -> Result<(), WaitError> {
+//!     let dog = Watchdog::abort_after(Duration::from_secs(30));
+//!     let Some(raw) = comm.as_raw() else {
+//!         return dog.wait(&mut [&mut CommWork::new(comm)], "all-reduce"); // given up on before
+//!     };
+//!     // SAFETY: buf holds n floats on the communicator's device and stream belongs to it.
+//!     let status = unsafe { ncclAllReduce(buf, buf, n, NcclDataType::ncclFloat32, NcclRedOp::ncclSum, raw, stream) };
+//!     // SAFETY: the caller's stream is live and used by this thread alone.
+//!     let mut work = unsafe { CommWork::on_stream(comm, stream) };
+//!     dog.check_on(status, &mut work, "ncclAllReduce")?; // enqueued: the communicator accepts the next call
+//!     dog.wait(&mut [&mut work], "the all-reduce") // done on the GPU
+//! }
+//! # fn main() { let _ = (init, all_reduce); }
+//! ```
 //!
 //! # From a failed communicator to a smaller one (NCCL 2.29.7, from its source)
 //! `ncclCommShrink`, `ncclCommSplit` and `ncclCommDestroy` begin with `ncclCommEnsureReady` on the
@@ -50,16 +92,21 @@
 //! through one such poll before it closes its connections and exits (measured: 528–538 ms for revoke and
 //! shrink together). `ncclCommAbort` ends the same threads the same way.
 
+#![warn(missing_docs)]
+
 mod comm_work;
+mod communicator;
 mod error;
 mod watched;
 
 use std::time::{Duration, Instant};
 
-use crate::bindings::{ncclComm_t, ncclResult_t, CUstream};
+use metrale_gpu_sys::nccl::{check_nccl, ncclComm_t, ncclResult_t, CUstream};
+
 pub use comm_work::CommWork;
+pub use communicator::Communicator;
 pub use error::{GiveUp, GiveUpError, WaitError};
-use watched::{for_others, poll_until, Stop};
+use watched::{give_up_on_each, poll_until, Stop};
 pub use watched::{Poll, Watched};
 
 /// The longest sleep between two polls.
@@ -105,47 +152,45 @@ impl Watchdog {
         let count = work.len();
         // The items never to give up on: those NCCL refused or an earlier wait gave up on.
         let mut skip = vec![false; count];
-        let stop = poll_until(work, &mut skip, self.timeout, |_, item| item.poll());
+        let Err(stop) = poll_until(work, &mut skip, self.timeout, |item| item.poll()) else {
+            return Ok(());
+        };
         let name = |index: usize| match count {
             1 => context.to_string(),
             _ => format!("{context} (communicator {index} of {count})"),
         };
-        if let Stop::Done = stop {
-            return Ok(());
-        }
-        let (gave_up, abort_error) = self.give_up(work, &mut skip);
+        let (gave_up, give_up_error) = self.give_up(work, &mut skip);
         let others = (count > 1).then_some(gave_up);
         Err(match stop {
-            Stop::Done => return Ok(()),
             Stop::Timeout => WaitError::Timeout {
                 context: context.to_string(),
                 // Until the communicators were given up on: the bound a caller sees.
                 waited: start.elapsed(),
                 gave_up,
-                abort_error,
+                give_up_error,
             },
             Stop::Failed(index, error) => WaitError::Failed {
                 context: name(index),
                 error: Box::new(error),
                 gave_up,
-                abort_error,
+                give_up_error,
             },
             Stop::Cancelled(index, reason) => WaitError::Cancelled {
                 context: name(index),
                 reason,
                 gave_up,
-                abort_error,
+                give_up_error,
             },
             Stop::Refused(index, error) => WaitError::Refused {
                 context: name(index),
                 error: Box::new(error),
                 others,
-                abort_error,
+                give_up_error,
             },
             Stop::Abandoned(index) => WaitError::Abandoned {
                 context: name(index),
                 others,
-                abort_error,
+                give_up_error,
             },
         })
     }
@@ -164,12 +209,12 @@ impl Watchdog {
                 // Revoked or not, abort them all (but the skipped): nothing may be left running, and a
                 // revoked communicator NCCL still reports an error on is good for nothing else.
                 Err(error) => {
-                    for_others(work, skip, |item| item.abort());
+                    give_up_on_each(work, skip, |item| item.abort());
                     return (GiveUp::Abort, Some(Box::new(error)));
                 }
             }
         }
-        let error = for_others(work, skip, |item| item.abort());
+        let error = give_up_on_each(work, skip, |item| item.abort());
         (GiveUp::Abort, error.map(|e| Box::new(GiveUpError::Call(e))))
     }
 
@@ -177,28 +222,23 @@ impl Watchdog {
     /// error.
     #[cfg(nccl_2_29)]
     fn revoke(&self, work: &mut [&mut dyn Watched], skip: &mut [bool]) -> Result<(), GiveUpError> {
-        if let Some(error) = for_others(work, skip, |item| item.revoke()) {
+        if let Some(error) = give_up_on_each(work, skip, |item| item.revoke()) {
             return Err(error);
         }
         let start = Instant::now();
-        let stop = poll_until(work, skip, self.timeout, |_, item| {
-            match item.poll_revoked() {
-                Ok(true) => Poll::Done,
-                Ok(false) => Poll::Running,
-                Err(error) => Poll::Failed(error),
-            }
-        });
-        match stop {
-            Stop::Done => Ok(()),
-            Stop::Timeout => Err(GiveUpError::NotQuiescent {
+        let Err(stop) = poll_until(work, skip, self.timeout, |item| item.poll_revoked()) else {
+            return Ok(());
+        };
+        Err(match stop {
+            Stop::Timeout => GiveUpError::NotQuiescent {
                 waited: start.elapsed(),
-            }),
+            },
             Stop::Failed(_, error) | Stop::Refused(_, error) => {
-                Err(GiveUpError::FailedAfterRevoke(error))
+                GiveUpError::FailedAfterRevoke(error)
             }
-            // poll_revoked answers neither.
-            Stop::Cancelled(..) | Stop::Abandoned(_) => Err(GiveUpError::CannotRevoke),
-        }
+            // Given up on meanwhile (a Watched of the caller's).
+            Stop::Cancelled(..) | Stop::Abandoned(_) => GiveUpError::CannotRevoke,
+        })
     }
 
     /// [`wait_stream`], giving up as this watchdog says.
@@ -215,9 +255,13 @@ impl Watchdog {
     /// # Safety
     /// As for [`wait_comm_ready`]; after an `Err` with [`GiveUp::Revoke`] the handle stays valid.
     pub unsafe fn wait_comm_ready(&self, comm: ncclComm_t) -> Result<(), WaitError> {
-        // SAFETY: the caller promises a live handle, used by this thread alone.
-        let mut work = unsafe { CommWork::new(comm, None) };
-        self.wait(&mut [&mut work], "waiting for the communicator")
+        // SAFETY: the caller promises a live handle, used by this thread alone during the wait; the
+        // value is dropped (no NCCL call) when the wait returns, leaving the handle to the caller.
+        let mut comm = unsafe { Communicator::from_raw(comm) };
+        self.wait(
+            &mut [&mut CommWork::new(&mut comm)],
+            "waiting for the communicator",
+        )
     }
 
     /// Waits for the work queued on each stream (collectives on its communicator), polling every
@@ -231,10 +275,17 @@ impl Watchdog {
     /// the communicators were given up on as [`WaitError`] says (aborted ones must not be used again);
     /// buffers the abandoned work used may hold anything.
     pub unsafe fn wait_all(&self, work: &[(ncclComm_t, CUstream)]) -> Result<(), WaitError> {
-        let mut work: Vec<CommWork> = work
+        let mut comms: Vec<Communicator> = work
             .iter()
-            // SAFETY: the caller promises live handles, used by this thread alone.
-            .map(|&(comm, stream)| unsafe { CommWork::new(comm, Some(stream)) })
+            // SAFETY: the caller promises live handles, used by this thread alone during the wait; the
+            // values are dropped (no NCCL call) when the wait returns, leaving the handles to the caller.
+            .map(|&(comm, _)| unsafe { Communicator::from_raw(comm) })
+            .collect();
+        let mut work: Vec<CommWork> = comms
+            .iter_mut()
+            .zip(work)
+            // SAFETY: the caller promises live streams, used by this thread alone.
+            .map(|(comm, &(_, stream))| unsafe { CommWork::on_stream(comm, stream) })
             .collect();
         let mut items: Vec<&mut dyn Watched> =
             work.iter_mut().map(|w| w as &mut dyn Watched).collect();
@@ -263,9 +314,10 @@ impl Watchdog {
         comm: ncclComm_t,
         context: &str,
     ) -> Result<(), WaitError> {
-        // SAFETY: the caller promises the call's communicator, used by this thread alone.
-        let mut work = unsafe { CommWork::new(comm, None) };
-        self.check_on(status, &mut work, context)
+        // SAFETY: the caller promises the call's communicator, used by this thread alone during the
+        // check; the value is dropped (no NCCL call) when it returns, leaving the handle to the caller.
+        let mut comm = unsafe { Communicator::from_raw(comm) };
+        self.check_on(status, &mut CommWork::new(&mut comm), context)
     }
 
     /// [`Watchdog::check`] against any [`Watched`].
@@ -275,34 +327,37 @@ impl Watchdog {
         work: &mut dyn Watched,
         context: &str,
     ) -> Result<(), WaitError> {
-        if status == ncclResult_t::ncclSuccess || status == ncclResult_t::ncclInProgress {
+        if status == ncclResult_t::ncclInProgress {
             return self.wait(&mut [work], context);
         }
-        let error = crate::error::nccl_error(status, context);
+        // ncclSuccess is polled too (above: it does not always mean ready).
+        let Err(error) = check_nccl(status, context) else {
+            return self.wait(&mut [work], context);
+        };
         // The handle itself first: one NCCL refuses, or one given up on before, is left alone.
         let untouchable = match work.poll() {
             Poll::Refused(error) => Some(WaitError::Refused {
                 context: context.to_string(),
                 error: Box::new(error),
                 others: None,
-                abort_error: None,
+                give_up_error: None,
             }),
             Poll::Abandoned => Some(WaitError::Abandoned {
                 context: context.to_string(),
                 others: None,
-                abort_error: None,
+                give_up_error: None,
             }),
             _ => None,
         };
         if let Some(error) = untouchable {
             return Err(error);
         }
-        let (gave_up, abort_error) = self.give_up(&mut [work], &mut [false]);
+        let (gave_up, give_up_error) = self.give_up(&mut [work], &mut [false]);
         Err(WaitError::Failed {
             context: context.to_string(),
             error: Box::new(error),
             gave_up,
-            abort_error,
+            give_up_error,
         })
     }
 }

@@ -2,8 +2,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::{GiveUpError, MAX_POLL_INTERVAL};
-use crate::error::GpuError;
+use metrale_gpu_sys::nccl::GpuError;
+
+use crate::{GiveUpError, MAX_POLL_INTERVAL};
 
 /// What one poll of the awaited work found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,8 +22,8 @@ pub enum Poll {
     /// NCCL refused the handle itself (`ncclInvalidArgument`: NULL, or not a communicator NCCL
     /// recognises): never abort it, never touch it again.
     Refused(GpuError),
-    /// The work was given up on before (its communicator aborted, or its handle refused): nothing was
-    /// called, and nothing may be.
+    /// The work was given up on before (its communicator aborted, its handle refused or taken back):
+    /// nothing was called, and nothing may be.
     Abandoned,
 }
 
@@ -32,7 +33,7 @@ pub trait Watched {
     fn poll(&mut self) -> Poll;
     /// Aborts the communicator (`ncclCommAbort`). Never called after `poll` returned `Refused` or
     /// `Abandoned` in the same wait; after it, the handle must never be touched again: later polls should
-    /// answer `Abandoned` and later aborts do nothing ([`CommWork`](super::CommWork) does both).
+    /// answer `Abandoned` and later aborts do nothing ([`CommWork`](crate::CommWork) does both).
     fn abort(&mut self) -> Result<(), GpuError>;
     /// Revokes the communicator (`ncclCommRevoke`, NCCL 2.29+ headers). Never called after `poll`
     /// returned `Refused` or `Abandoned`. By default it cannot, which makes a revoking watchdog abort
@@ -40,18 +41,19 @@ pub trait Watched {
     fn revoke(&mut self) -> Result<(), GiveUpError> {
         Err(GiveUpError::CannotRevoke)
     }
-    /// After `revoke`: `Ok(true)` once the communicator is quiescent with no error (ready to be shrunk),
-    /// `Ok(false)` while not yet, `Err` when the revoke left it failed (the watchdog then aborts every
+    /// After `revoke`: `Done` once the communicator is quiescent with no error (ready to be shrunk),
+    /// `Running` while not yet; `Failed` or `Refused` when the revoke left it failed, `Abandoned` (or
+    /// `Cancel`) when it was given up on meanwhile. On any of those the watchdog aborts every
     /// communicator of the wait, this one too: where NCCL refused the handle, make that abort touch
-    /// nothing).
-    fn poll_revoked(&mut self) -> Result<bool, GpuError> {
-        Ok(true)
+    /// nothing. By default it is quiescent at once.
+    fn poll_revoked(&mut self) -> Poll {
+        Poll::Done
     }
 }
 
-/// How a poll loop ended: for a failure, the first item (by index) that failed in the last round.
+/// How a poll loop ended other than with all done: the deadline, or the first item (by index) that
+/// failed in the last round.
 pub(super) enum Stop {
-    Done,
     Timeout,
     Failed(usize, GpuError),
     Cancelled(usize, String),
@@ -59,15 +61,15 @@ pub(super) enum Stop {
     Abandoned(usize),
 }
 
-/// Polls every item not in `skip` with `poll` (given its index) until all are done, one fails, or
-/// `timeout` passes, backing off between rounds. A round polls every item, so that each one NCCL refused
+/// Polls every item not in `skip` with `poll` (`Watched::poll`, or `poll_revoked` after a revoke) until
+/// all are done (`Ok`), one fails, or `timeout` passes, backing off between rounds. A round polls every item, so that each one NCCL refused
 /// or an earlier wait gave up on joins `skip`: whatever gives up next leaves it alone.
 pub(super) fn poll_until(
     work: &mut [&mut dyn Watched],
     skip: &mut [bool],
     timeout: Duration,
-    mut poll: impl FnMut(usize, &mut dyn Watched) -> Poll,
-) -> Stop {
+    poll: fn(&mut dyn Watched) -> Poll,
+) -> Result<(), Stop> {
     let start = Instant::now();
     let mut pause = Duration::from_micros(5);
     loop {
@@ -76,7 +78,7 @@ pub(super) fn poll_until(
             if skip[index] {
                 continue;
             }
-            let failed = match poll(index, &mut **item) {
+            let failed = match poll(&mut **item) {
                 Poll::Done => continue,
                 Poll::Running => {
                     running = true;
@@ -96,22 +98,22 @@ pub(super) fn poll_until(
             stop.get_or_insert(failed);
         }
         if let Some(stop) = stop {
-            return stop;
+            return Err(stop);
         }
         if !running {
-            return Stop::Done;
+            return Ok(());
         }
         let waited = start.elapsed();
         if waited >= timeout {
-            return Stop::Timeout;
+            return Err(Stop::Timeout);
         }
         std::thread::sleep(pause.min(timeout - waited));
         pause = (pause * 2).min(MAX_POLL_INTERVAL);
     }
 }
 
-/// Calls `give_up` on every item not in `skip`; the first error.
-pub(super) fn for_others<E>(
+/// Calls `give_up` (an abort or a revoke) on every item not in `skip`; returns the first error.
+pub(super) fn give_up_on_each<E>(
     work: &mut [&mut dyn Watched],
     skip: &[bool],
     mut give_up: impl FnMut(&mut dyn Watched) -> Result<(), E>,

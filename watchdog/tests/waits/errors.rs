@@ -5,7 +5,7 @@ use std::error::Error;
 use std::time::Duration;
 
 use metrale_gpu_sys::nccl::*;
-use metrale_gpu_sys::watchdog::{GiveUp, GiveUpError, Poll, WaitError, Watchdog};
+use metrale_gpu_watchdog::{GiveUp, GiveUpError, Poll, WaitError, Watchdog};
 
 use crate::{nccl_error, wait, Fake};
 
@@ -21,6 +21,25 @@ fn nccl_code_underneath(error: &(dyn Error + 'static)) -> Option<NcclResult> {
     None
 }
 
+/// The type of each error of `error`'s chain of sources, from `error` down.
+fn levels(error: &(dyn Error + 'static)) -> Vec<&'static str> {
+    let mut names = Vec::new();
+    let mut at = Some(error);
+    while let Some(e) = at {
+        names.push(if e.is::<WaitError>() {
+            "WaitError"
+        } else if e.is::<GiveUpError>() {
+            "GiveUpError"
+        } else if e.is::<GpuError>() {
+            "GpuError"
+        } else {
+            "another"
+        });
+        at = e.source();
+    }
+    names
+}
+
 #[test]
 fn a_failed_wait_hands_on_the_nccl_error_underneath() {
     let mut fake = Fake::answering(Poll::Failed(nccl_error(NcclResult::ncclRemoteError)));
@@ -33,14 +52,8 @@ fn a_failed_wait_hands_on_the_nccl_error_underneath() {
         Some(true),
         "{source:?}"
     );
-    // As a GpuError the wait is carried whole: the same text, the same source.
-    let gpu: GpuError = err.clone().into();
-    assert_eq!(gpu.to_string(), err.to_string());
-    assert_eq!(
-        nccl_code_underneath(gpu.source().expect("the wait's source")),
-        Some(NcclResult::ncclRemoteError)
-    );
-    // NCCL's own error has nothing underneath.
+    // Every level, one way: the wait, then NCCL's error, a leaf.
+    assert_eq!(levels(&err), ["WaitError", "GpuError"]);
     assert!(nccl_error(NcclResult::ncclInternalError).source().is_none());
 }
 
@@ -51,8 +64,6 @@ fn the_watchdogs_own_findings_are_no_nccl_errors() {
     let err = wait(&mut fake, Duration::from_millis(10), "x").expect_err("hangs");
     assert!(err.is_timeout());
     assert!(err.source().is_none(), "{:?}", err.source());
-    let gpu: GpuError = err.into();
-    assert!(gpu.source().is_none());
 
     // Giving up that met the watchdog's own trouble: not an NCCL error either.
     for finding in [
@@ -74,12 +85,14 @@ fn the_watchdogs_own_findings_are_no_nccl_errors() {
         context: "x".into(),
         waited: Duration::from_secs(1),
         gave_up: GiveUp::Abort,
-        abort_error: Some(Box::new(call)),
+        give_up_error: Some(Box::new(call)),
     };
     assert_eq!(
         nccl_code_underneath(timeout.source().expect("what giving up met")),
         Some(NcclResult::ncclInternalError)
     );
+    // The wait, what giving up met, and NCCL's error under that: no level skipped.
+    assert_eq!(levels(&timeout), ["WaitError", "GiveUpError", "GpuError"]);
     assert!(
         timeout.to_string().starts_with("x timed out after 1.000 s; the communicator was aborted (giving up: ncclCommGetAsyncError failed: NCCL error 3"),
         "{timeout}"

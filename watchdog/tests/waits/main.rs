@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use metrale_gpu_sys::nccl::*;
 #[cfg(nccl_2_29)]
-use metrale_gpu_sys::watchdog::GiveUpError;
-use metrale_gpu_sys::watchdog::{GiveUp, Poll, WaitError, Watchdog, Watched, MAX_POLL_INTERVAL};
+use metrale_gpu_watchdog::GiveUpError;
+use metrale_gpu_watchdog::{GiveUp, Poll, WaitError, Watchdog, Watched, MAX_POLL_INTERVAL};
 
 /// Done after `polls_until_done` polls (never if `None`), or answering `answer` at the first poll.
 #[derive(Default)]
@@ -30,7 +30,7 @@ pub struct Fake {
     revoked_polls: u32,
     /// What every poll after the revoke answers instead (NCCL still reporting an error, say).
     #[cfg(nccl_2_29)]
-    revoked_answer: Option<GpuError>,
+    revoked_answer: Option<Poll>,
 }
 
 impl Fake {
@@ -51,16 +51,19 @@ impl Fake {
     }
 }
 
+/// One poll of a fake, counted in `polls`: `answer` where set, else done once `until` polls were made.
+fn fake_poll(polls: &mut u32, answer: &Option<Poll>, until: Option<u32>) -> Poll {
+    *polls += 1;
+    match (answer, until) {
+        (Some(answer), _) => answer.clone(),
+        (None, Some(n)) if *polls >= n => Poll::Done,
+        (None, _) => Poll::Running,
+    }
+}
+
 impl Watched for Fake {
     fn poll(&mut self) -> Poll {
-        self.polls += 1;
-        if let Some(answer) = &self.answer {
-            return answer.clone();
-        }
-        match self.polls_until_done {
-            Some(n) if self.polls >= n => Poll::Done,
-            _ => Poll::Running,
-        }
+        fake_poll(&mut self.polls, &self.answer, self.polls_until_done)
     }
     fn abort(&mut self) -> Result<(), GpuError> {
         self.aborts += 1;
@@ -72,12 +75,12 @@ impl Watched for Fake {
         Ok(())
     }
     #[cfg(nccl_2_29)]
-    fn poll_revoked(&mut self) -> Result<bool, GpuError> {
-        self.revoked_polls += 1;
-        if let Some(error) = &self.revoked_answer {
-            return Err(error.clone());
-        }
-        Ok(matches!(self.revoked_polls_until_quiet, Some(n) if self.revoked_polls >= n))
+    fn poll_revoked(&mut self) -> Poll {
+        fake_poll(
+            &mut self.revoked_polls,
+            &self.revoked_answer,
+            self.revoked_polls_until_quiet,
+        )
     }
 }
 
@@ -105,12 +108,12 @@ pub fn why_aborted(err: &WaitError) -> &GiveUpError {
     match err {
         WaitError::Timeout {
             gave_up: GiveUp::Abort,
-            abort_error: Some(why),
+            give_up_error: Some(why),
             ..
         }
         | WaitError::Failed {
             gave_up: GiveUp::Abort,
-            abort_error: Some(why),
+            give_up_error: Some(why),
             ..
         } => why,
         _ => panic!("no abort with a reason: {err:?}"),
@@ -176,7 +179,7 @@ fn other_errors_are_neither_timeout_nor_remote_and_keep_their_context() {
     let WaitError::Failed {
         context,
         gave_up: GiveUp::Abort,
-        abort_error: None,
+        give_up_error: None,
         ..
     } = &err
     else {
@@ -243,7 +246,7 @@ fn a_wait_over_several_communicators_gives_up_on_all_of_them() {
         .expect_err("refused");
     let WaitError::Refused {
         others: Some(GiveUp::Abort),
-        abort_error: None,
+        give_up_error: None,
         ..
     } = &err
     else {
@@ -334,7 +337,7 @@ fn revoking_waits_for_quiescence_and_aborts_what_does_not_quiesce() {
         .expect_err("one failed");
     let WaitError::Failed {
         gave_up: GiveUp::Revoke,
-        abort_error: None,
+        give_up_error: None,
         ..
     } = &err
     else {
@@ -385,7 +388,7 @@ fn revoking_waits_for_quiescence_and_aborts_what_does_not_quiesce() {
             ..Fake::hanging()
         },
         Fake {
-            revoked_answer: Some(nccl_error(NcclResult::ncclRemoteError)),
+            revoked_answer: Some(Poll::Failed(nccl_error(NcclResult::ncclRemoteError))),
             ..Fake::answering(Poll::Failed(nccl_error(NcclResult::ncclRemoteError)))
         },
     );
@@ -438,19 +441,6 @@ fn revoking_leaves_alone_what_nccl_refused_and_aborts_what_cannot_revoke() {
 }
 
 #[test]
-fn a_wait_error_is_a_gpu_error() {
-    let mut fake = Fake::answering(Poll::Failed(nccl_error(NcclResult::ncclRemoteError)));
-    let err = wait(&mut fake, Duration::from_secs(10), "step 9").expect_err("failed");
-    let text = err.to_string();
-    let gpu: GpuError = err.into();
-    assert_eq!(gpu.to_string(), text);
-    assert!(
-        matches!(gpu, GpuError::Wait(ref w) if w.is_remote()),
-        "{gpu:?}"
-    );
-}
-
-#[test]
 fn the_callers_own_news_cancels_the_wait_without_dressing_as_nccl() {
     let mut fake = Fake::answering(Poll::Cancel("the rendezvous: rank 3 died".into()));
     let err = wait(&mut fake, Duration::from_secs(10), "all-reduce 12").expect_err("cancelled");
@@ -458,7 +448,7 @@ fn the_callers_own_news_cancels_the_wait_without_dressing_as_nccl() {
         context,
         reason,
         gave_up: GiveUp::Abort,
-        abort_error: None,
+        give_up_error: None,
     } = &err
     else {
         panic!("{err:?}")
@@ -491,7 +481,7 @@ fn work_given_up_on_before_is_never_touched_again() {
             err,
             WaitError::Abandoned {
                 others: None,
-                abort_error: None,
+                give_up_error: None,
                 ..
             }
         ),

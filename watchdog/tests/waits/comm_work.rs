@@ -1,15 +1,19 @@
-//! The crate's `CommWork`: against NCCL itself with NULL (which NCCL refuses), and against a stand-in for
-//! the three calls it makes (`counting_nccl.c`, preloaded in a child process), which counts every call
-//! made with the handle after its abort: none may be.
+//! The crate's `Communicator` and `CommWork`: against NCCL itself with NULL (which NCCL refuses), and
+//! against a stand-in for the three calls they make (`counting_nccl.c`, preloaded in a child process),
+//! which counts every call made with the handle after its abort: none may be, through the watch that gave
+//! up, a later watch over the same communicator, or the communicator itself.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use metrale_gpu_sys::nccl::*;
-#[cfg(nccl_2_29)]
-use metrale_gpu_sys::watchdog::GiveUpError;
-use metrale_gpu_sys::watchdog::{self, CommWork, GiveUp, Poll, WaitError, Watchdog, Watched};
+use metrale_gpu_testkit::skip::skip;
 use metrale_gpu_testkit::standin::{Load, StandIn};
+#[cfg(nccl_2_29)]
+use metrale_gpu_watchdog::GiveUpError;
+use metrale_gpu_watchdog::{
+    self as watchdog, CommWork, Communicator, GiveUp, Poll, WaitError, Watchdog, Watched,
+};
 
 #[test]
 fn a_null_communicator_is_refused_not_aborted_and_then_never_touched() {
@@ -31,8 +35,9 @@ fn a_null_communicator_is_refused_not_aborted_and_then_never_touched() {
         "{err}"
     );
 
-    // SAFETY: NULL, which NCCL refuses; the CommWork then forgets it.
-    let mut work = unsafe { CommWork::new(std::ptr::null_mut(), None) };
+    // SAFETY: NULL, which NCCL refuses; the Communicator then forgets it.
+    let mut comm = unsafe { Communicator::from_raw(std::ptr::null_mut()) };
+    let mut work = CommWork::new(&mut comm);
     let dog = Watchdog::abort_after(Duration::from_secs(5));
     let err = dog.wait(&mut [&mut work], "first").expect_err("refused");
     assert!(matches!(err, WaitError::Refused { .. }), "{err:?}");
@@ -40,17 +45,18 @@ fn a_null_communicator_is_refused_not_aborted_and_then_never_touched() {
     let err = dog.wait(&mut [&mut work], "second").expect_err("forgotten");
     assert!(matches!(err, WaitError::Abandoned { .. }), "{err:?}");
     assert_eq!(work.abort(), Ok(()), "an abort of nothing does nothing");
+    assert_eq!(comm.into_raw(), None, "forgotten");
 }
 
 /// A `Watched` of one's own around the crate's `CommWork`: it fails the wait on its own news (here a
 /// flag; in the elastic example the rendezvous's dead ranks) and hands polls and give-ups to `CommWork`.
-struct Composed {
-    work: CommWork,
+struct Composed<'c> {
+    work: CommWork<'c>,
     news: Option<String>,
     aborts: u32,
 }
 
-impl Watched for Composed {
+impl Watched for Composed<'_> {
     fn poll(&mut self) -> Poll {
         match self.work.poll() {
             Poll::Running => self.news.clone().map_or(Poll::Running, Poll::Cancel),
@@ -66,7 +72,7 @@ impl Watched for Composed {
         self.work.revoke()
     }
     #[cfg(nccl_2_29)]
-    fn poll_revoked(&mut self) -> Result<bool, GpuError> {
+    fn poll_revoked(&mut self) -> Poll {
         self.work.poll_revoked()
     }
 }
@@ -74,9 +80,9 @@ impl Watched for Composed {
 #[test]
 fn comm_work_composes_into_a_watched_of_ones_own() {
     // SAFETY: NULL is no communicator: NCCL refuses it (ncclInvalidArgument) and it is never aborted.
-    let work = unsafe { CommWork::new(std::ptr::null_mut(), None) };
+    let mut comm = unsafe { Communicator::from_raw(std::ptr::null_mut()) };
     let mut composed = Composed {
-        work,
+        work: CommWork::new(&mut comm),
         news: Some("rank 1 died".into()),
         aborts: 0,
     };
@@ -105,10 +111,7 @@ fn in_counting_child(case: &str) -> Option<bool> {
     ];
     let standin = StandIn {
         cc: env!("METRALE_TARGET_CC"),
-        source: concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/watchdog/counting_nccl.c"
-        ),
+        source: concat!(env!("CARGO_MANIFEST_DIR"), "/tests/waits/counting_nccl.c"),
         flags: &flags,
         dir: PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("counting-nccl-{case}")),
         name: "libcounting_nccl.so",
@@ -118,7 +121,9 @@ fn in_counting_child(case: &str) -> Option<bool> {
     let text = standin.run(&format!("comm_work::{case}"), &[(CHILD, case.to_string())]);
     let ran = !text.contains("SKIP");
     if !ran {
-        println!("SKIP {case}: the child could not preload the stand-in (a cross-built binary?):\n{text}");
+        skip(format_args!(
+            "the child could not preload the stand-in (a cross-built binary?):\n{text}"
+        ));
     }
     Some(ran)
 }
@@ -133,11 +138,31 @@ fn counter(name: &std::ffi::CStr) -> Option<extern "C" fn() -> i32> {
     })
 }
 
-/// Every safe way to reach an aborted `CommWork` again, each followed by the count of calls the
-/// stand-in saw with the handle after its abort: all must leave it at 0, and the watchdog says what
-/// became of the communicator without asking NCCL.
-fn reuse_after_abort(work: &mut CommWork, after_abort: extern "C" fn() -> i32) {
+/// Every safe way to reach an aborted communicator again (the watch that gave up, a second watch over
+/// the same `Communicator`, the `Communicator` itself), then the count of calls the stand-in saw with
+/// the handle after its abort: all must leave it at 0, and the watchdog says what became of the
+/// communicator without asking NCCL.
+fn reuse_after_abort(mut work: CommWork, after_abort: extern "C" fn() -> i32) {
     assert!(work.is_abandoned(), "the abort forgot the handle");
+    reach_again(&mut work);
+    // A second watch over the same communicator, made after the first gave up (the sequence:
+    // two watches over one handle, abort one, poll and abort the other).
+    let comm = work.communicator();
+    let mut second = CommWork::new(comm);
+    assert_eq!(second.poll(), Poll::Abandoned);
+    assert_eq!(second.abort(), Ok(()));
+    reach_again(&mut second);
+    let comm = second.communicator();
+    assert_eq!((comm.as_raw(), comm.take_raw()), (None, None));
+    assert_eq!(
+        after_abort(),
+        0,
+        "calls reached NCCL with the aborted handle"
+    );
+}
+
+/// Every wait, check, abort and revoke through `work`: each answers at once that it was given up on.
+fn reach_again(work: &mut CommWork) {
     let dog = Watchdog::abort_after(Duration::from_millis(50));
     let start = Instant::now();
     let err = dog
@@ -160,11 +185,6 @@ fn reuse_after_abort(work: &mut CommWork, after_abort: extern "C" fn() -> i32) {
             .expect_err("abandoned");
         assert!(matches!(err, WaitError::Abandoned { .. }), "{err:?}");
     }
-    assert_eq!(
-        after_abort(),
-        0,
-        "calls reached NCCL with the aborted handle"
-    );
 }
 
 #[test]
@@ -176,8 +196,7 @@ fn an_aborted_comm_work_never_calls_nccl_again() {
         counter(c"metrale_counting_calls"),
         counter(c"metrale_counting_calls_after_abort"),
     ) else {
-        println!("SKIP: the counting stand-in is not loaded: no fake handle is made");
-        return;
+        return skip("the counting stand-in is not loaded: no fake handle is made");
     };
     // Handles only the stand-in sees: they never leave ncclInProgress and are never dereferenced.
     let fake = std::ptr::NonNull::<u8>::dangling().as_ptr().cast();
@@ -186,7 +205,8 @@ fn an_aborted_comm_work_never_calls_nccl_again() {
 
     // Abort mode: the deadline passes, the watchdog aborts once.
     // SAFETY: the stand-in answers for this handle and never dereferences it.
-    let mut work = unsafe { CommWork::new(fake, None) };
+    let mut comm = unsafe { Communicator::from_raw(fake) };
+    let mut work = CommWork::new(&mut comm);
     let err = Watchdog::abort_after(Duration::from_millis(50))
         .wait(&mut [&mut work], "all-reduce")
         .expect_err("never done");
@@ -195,18 +215,22 @@ fn an_aborted_comm_work_never_calls_nccl_again() {
         "{err:?}"
     );
     assert!(calls() > 1, "the wait polled the stand-in");
-    reuse_after_abort(&mut work, after_abort);
+    reuse_after_abort(work, after_abort);
+    // The communicator itself, aborted again (consumed): nothing to do.
+    assert_eq!(comm.abort(), Ok(()));
+    assert_eq!(after_abort(), 0, "the owner's abort reached NCCL again");
 
     // Revoke mode: revoked, never quiescent, then aborted: forgotten just the same.
     #[cfg(nccl_2_29)]
     {
         // SAFETY: as above.
-        let mut work = unsafe { CommWork::new(other_fake, None) };
+        let mut comm = unsafe { Communicator::from_raw(other_fake) };
+        let mut work = CommWork::new(&mut comm);
         let err = Watchdog::revoke_after(Duration::from_millis(20))
             .wait(&mut [&mut work], "all-reduce")
             .expect_err("never done");
         let why = crate::why_aborted(&err);
         assert!(matches!(why, GiveUpError::NotQuiescent { .. }), "{why:?}");
-        reuse_after_abort(&mut work, after_abort);
+        reuse_after_abort(work, after_abort);
     }
 }
