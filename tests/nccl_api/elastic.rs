@@ -526,8 +526,10 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
         .min()
         .unwrap_or(0);
     // Rank 0's lines steer the rest: replacements when it trains below full size, the later kills.
-    // Between them it may train silently to the last round: 50 ms a round bounds that, with room.
-    let silence = STEP_LIMIT.max(Duration::from_millis(50) * r.iters as u32);
+    // Between them it may train silently to the last round: 150 ms a round bounds that, with room (the
+    // GPU run at b6b49f3 saw more than 53 ms a round with four scenarios and an NCCL build sharing the
+    // one GPU host: 50 ms there ended runs that had recovered correctly).
+    let silence = STEP_LIMIT.max(Duration::from_millis(150) * r.iters as u32);
     loop {
         let (_, line) = r.procs[0]
             .wait_line("ELASTIC ", silence)
