@@ -20,6 +20,9 @@ use crate::{Args, First};
 const STARTUP: Duration = Duration::from_secs(120);
 /// After this many all-reduces a rank says it is in its steady loop (a supervisor may kill it then).
 const STEADY_MARK: usize = 100;
+/// Rank 0 says how far training has come every this many rounds, so that a watcher tells a slow job
+/// (one process per rank time-sharing one GPU) from a stuck one without knowing how long a round takes.
+const PROGRESS_EVERY: usize = 100;
 /// All-reduces on each recovered communicator before it says so (and rank 0 grows it), and on a grown
 /// one before it says so.
 const CHECKS: usize = 3;
@@ -331,6 +334,14 @@ fn train<F: Fabric>(
         match fabric.all_reduce(now.comm, at, round, who, args.deadline)? {
             Outcome::Done => {}
             Outcome::Lost(lost) => return Ok(Step::lost(&now, round, lost)),
+        }
+        if at.rank == 0 && (round + 1) % PROGRESS_EVERY == 0 && round + 1 != checked {
+            fabric.say(format!(
+                "ELASTIC phase=training rank=0 gen={} size={} step={}",
+                at.gen,
+                at.size,
+                round + 1
+            ))?;
         }
         if round + 1 == checked {
             fabric.say(line.clone())?;

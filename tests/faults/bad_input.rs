@@ -717,7 +717,8 @@ fn bad_input_case(me: &Me) {
         // NCCL_CHECK_POINTERS' refusal is named only in NCCL's message ("not a valid pointer").
         // SAFETY: this process drives NCCL from this thread alone, its one communicator healthy until
         // this call (which failed before enqueuing anything): nothing writes NCCL's message meanwhile.
-        let err = unsafe { check_nccl_with_last_error(res, "ncclAllReduce") }.expect_err("an error");
+        let err =
+            unsafe { check_nccl_with_last_error(res, "ncclAllReduce") }.expect_err("an error");
         format!("refused by the call: {err}; {}", works(&mut summed, 202))
     } else {
         // NCCL accepted it: the watchdog says how the collective ends (a CUDA fault, a hang, or done).

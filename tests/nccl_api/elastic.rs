@@ -526,10 +526,10 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
         .min()
         .unwrap_or(0);
     // Rank 0's lines steer the rest: replacements when it trains below full size, the later kills.
-    // Between them it may train silently to the last round: 150 ms a round bounds that, with room (the
-    // GPU run at b6b49f3 saw more than 53 ms a round with four scenarios and an NCCL build sharing the
-    // one GPU host: 50 ms there ended runs that had recovered correctly).
-    let silence = STEP_LIMIT.max(Duration::from_millis(150) * r.iters as u32);
+    // Between them it trains, saying so every 100 rounds (`phase=training`): a slow job goes on, a stuck
+    // one is caught within the step bound. (The GPU run at 8d490da, with the bound 150 ms a round over
+    // the whole training, could not tell the two apart: rank 0 was silent 90 s after a correct grow.)
+    let silence = STEP_LIMIT;
     loop {
         let (_, line) = r.procs[0]
             .wait_line("ELASTIC ", silence)
@@ -967,6 +967,7 @@ fn each_phase_starts_on_its_own_line_of_rank_0() {
             Some(Phase::Waiting),
             "ELASTIC phase=waiting rank=0 gen=1 size=7 replacements=1",
         ),
+        (None, "ELASTIC phase=training rank=0 gen=1 size=7 step=200"),
         (Some(Phase::GrowId), "ELASTIC phase=growid rank=0 gen=1"),
         (Some(Phase::Grow), "ELASTIC phase=growing rank=0 gen=2 size=8"),
         (
