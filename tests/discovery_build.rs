@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use metrale_gpu_sys::version::build_info;
-use metrale_gpu_testkit::deps::installed_nccl;
+use metrale_gpu_testkit::deps::nccl_in;
 use metrale_gpu_testkit::skip::skip;
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
@@ -713,7 +713,7 @@ fn a_default_dependent_starts_anywhere_and_finds_the_library_at_run_time() {
     );
     assert!(!all.contains("lacks"), "{all}");
 
-    let older = installed_nccl(Path::new(REPO))
+    let older = nccl_in(&deps())
         .into_iter()
         .rev()
         .find(|(v, _)| v.to_string() != build_info::PINNED_NCCL && (v.major, v.minor) < (2, 29));
@@ -809,7 +809,7 @@ fn a_linked_dependents_binary_runs_without_ld_library_path_by_the_readmes_recipe
 /// snapshot, the build would stop on the version).
 #[test]
 fn bundled_bindings_beside_bindgen_builds_with_bindgens_output() {
-    let other = installed_nccl(Path::new(REPO))
+    let other = nccl_in(&deps())
         .into_iter()
         .rev()
         .find(|(v, _)| v.to_string() != build_info::PINNED_NCCL);

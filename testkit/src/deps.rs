@@ -16,8 +16,14 @@ pub fn target() -> String {
 pub fn installed_nccl(root: &Path) -> Vec<(NcclVersion, PathBuf)> {
     let deps = root.join(".deps");
     let cross = deps.join(target());
-    let deps = if cross.is_dir() { cross } else { deps };
-    let mut found: Vec<(NcclVersion, PathBuf)> = std::fs::read_dir(&deps)
+    nccl_in(if cross.is_dir() { &cross } else { &deps })
+}
+
+/// The `nccl-<version>/nvidia/nccl/lib` folders holding a `libnccl.so.2` directly under `deps`, oldest
+/// first: the build machine's own where `deps` is `.deps/` (what a scratch crate built for the host loads,
+/// whatever this binary's architecture).
+pub fn nccl_in(deps: &Path) -> Vec<(NcclVersion, PathBuf)> {
+    let mut found: Vec<(NcclVersion, PathBuf)> = std::fs::read_dir(deps)
         .into_iter()
         .flatten()
         .flatten()
