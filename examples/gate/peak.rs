@@ -10,7 +10,26 @@ const FLOOD_BOUND_KIB: u64 = 6 << 10;
 /// (threads' stacks and allocator arenas, and under an emulator such as qemu-user its translated
 /// code), so that the figure is what the flood costs; an allocator keeping the warm-up's memory cannot
 /// hide it, as the warm-up never held the flood.
+///
+/// Under a cargo runner (qemu-user when cross-testing) the figure is the emulator's own memory, which
+/// grows with the code it translates and the threads it starts (12.5 MiB for the elastic flood in the
+/// aarch64 row): the flood still runs, and the bound is a visible partial skip,
+/// `SKIP <test> (peak RSS): why`.
 pub fn assert_within_flood_bound(pass: impl Fn(bool)) {
+    if let Some(runner) = metrale_gpu_testkit::child::runner() {
+        pass(true);
+        // Past the harness's capture, as testkit's skip lines: visible in a passing run.
+        let test = std::thread::current()
+            .name()
+            .unwrap_or("unnamed-test")
+            .to_string();
+        let line = format!(
+            "\nSKIP {test} (peak RSS): this binary runs under `{runner}`, whose own memory the peak RSS \
+             would measure\n"
+        );
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+        return;
+    }
     pass(false);
     let grew = reset().and_then(|()| {
         let before = kib()?;
