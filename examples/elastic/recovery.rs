@@ -303,6 +303,8 @@ fn train<F: Fabric>(
     let checked = (from + checks).min(args.iters);
     let at = now.at;
     let mut grow_uid = None;
+    // Where the last progress line was said: its time and round, for the mean round time since.
+    let mut said = (Instant::now(), from);
     for round in from..args.iters {
         // A grow needs a round after it to check the grown communicator on.
         if round >= checked && round + 1 < args.iters {
@@ -336,12 +338,15 @@ fn train<F: Fabric>(
             Outcome::Lost(lost) => return Ok(Step::lost(&now, round, lost)),
         }
         if at.rank == 0 && (round + 1) % PROGRESS_EVERY == 0 && round + 1 != checked {
+            let rounds = (round + 1 - said.1) as u32;
             fabric.say(format!(
-                "ELASTIC phase=training rank=0 gen={} size={} step={}",
+                "ELASTIC phase=training rank=0 gen={} size={} step={} round_ms={}",
                 at.gen,
                 at.size,
-                round + 1
+                round + 1,
+                ms(said.0.elapsed() / rounds)
             ))?;
+            said = (Instant::now(), round + 1);
         }
         if round + 1 == checked {
             fabric.say(line.clone())?;

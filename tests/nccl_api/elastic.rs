@@ -53,6 +53,7 @@ use metrale_gpu_testkit::child::{self, Child};
 use metrale_gpu_testkit::gpu::{gpus, measured, skip};
 use metrale_gpu_testkit::hex;
 use metrale_gpu_testkit::placement::{Mode, Plan};
+use metrale_gpu_testkit::stacks;
 
 /// The stray connections the examples' own CPU tests send.
 #[path = "../../examples/gate/strays.rs"]
@@ -422,9 +423,18 @@ impl Run<'_> {
             .count()
     }
 
-    fn dump(&self) {
+    /// Every process's output, then the stacks of those still running (a stuck run names the frames it
+    /// is stuck in; they are killed when the run is dropped).
+    fn dump(&mut self) {
         for p in &self.procs {
             p.dump();
+        }
+        let live: Vec<usize> = (0..self.procs.len())
+            .filter(|&i| self.procs[i].poll().is_none())
+            .collect();
+        let pids: Vec<u32> = live.iter().map(|&i| self.procs[i].pid()).collect();
+        for (i, text) in live.into_iter().zip(stacks::capture(&pids)) {
+            println!("{} is still running: {text}", self.procs[i].name);
         }
     }
 }
@@ -967,7 +977,10 @@ fn each_phase_starts_on_its_own_line_of_rank_0() {
             Some(Phase::Waiting),
             "ELASTIC phase=waiting rank=0 gen=1 size=7 replacements=1",
         ),
-        (None, "ELASTIC phase=training rank=0 gen=1 size=7 step=200"),
+        (
+            None,
+            "ELASTIC phase=training rank=0 gen=1 size=7 step=200 round_ms=52.1",
+        ),
         (Some(Phase::GrowId), "ELASTIC phase=growid rank=0 gen=1"),
         (Some(Phase::Grow), "ELASTIC phase=growing rank=0 gen=2 size=8"),
         (
