@@ -859,7 +859,7 @@ fn run_scenario(scenario: Scenario) {
                     t.agree_ms,
                     t.made_by,
                     t.shrink_ms,
-                    t.grow_ms.map_or("grow given up, full size by init".into(), |g| format!(
+                    t.grow_ms.map_or("no grow: the last shrink or init made the final size".into(), |g| format!(
                         "grow {g:.1} ms"
                     )),
                     t.rounds,

@@ -91,6 +91,12 @@
 //! (src/proxy.cc: `ncclProxyService`, `ncclProxyServiceUDS`). With the flag up, the service thread sleeps
 //! through one such poll before it closes its connections and exits (measured: 528–538 ms for revoke and
 //! shrink together). `ncclCommAbort` ends the same threads the same way.
+//!
+//! The deadline bounds the wait, not the give-up after it, which is NCCL's call: `ncclCommRevoke` and
+//! `ncclCommAbort` begin by joining the communicator's pending group job (`ncclCommEnsureReady` →
+//! `ncclGroupJobAbort`), so a non-blocking call whose kernel launch is held in the driver
+//! (`cuLaunchKernelEx`, seen on a GPU time-shared by 48 rank processes) holds the give-up as long. A
+//! caller that needs that bounded too gives up on a thread of its own and leaves the handle to it.
 
 #![warn(missing_docs)]
 
