@@ -18,16 +18,12 @@ const FLOOD_BOUND_KIB: u64 = 6 << 10;
 pub fn assert_within_flood_bound(pass: impl Fn(bool)) {
     if let Some(runner) = metrale_gpu_testkit::child::runner() {
         pass(true);
-        // Past the harness's capture, as testkit's skip lines: visible in a passing run.
-        let test = std::thread::current()
-            .name()
-            .unwrap_or("unnamed-test")
-            .to_string();
-        let line = format!(
-            "\nSKIP {test} (peak RSS): this binary runs under `{runner}`, whose own memory the peak RSS \
-             would measure\n"
+        metrale_gpu_testkit::skip::skip_check(
+            "peak RSS",
+            format!(
+                "this binary runs under `{runner}`, whose own memory the peak RSS would measure"
+            ),
         );
-        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
         return;
     }
     pass(false);
