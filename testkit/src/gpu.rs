@@ -1,5 +1,6 @@
 //! The preamble of every GPU test: the conditions it may run under, checked first.
 
+use crate::skip::SKIP;
 use metrale_gpu_sys::cuda::{self, DriverApi};
 use metrale_gpu_sys::nccl::check_cuda;
 
@@ -39,11 +40,9 @@ pub fn gpus() -> usize {
     count as usize
 }
 
-/// The marker of a test that passed without running because this host cannot give what it needs: the
-/// GPU runner counts each such line as a SKIP row. Never a silent pass.
-pub const SKIP: &str = "SKIP ";
-
-/// Prints `SKIP <test>: <reason>` (see [`SKIP`]) on a line of its own (libtest may have begun one).
+/// Prints `SKIP <test>: <reason>` (skip's [`SKIP`] marker) on a line of its own (libtest may have begun
+/// one): a test that passed without running because this host cannot give what it needs, which the GPU
+/// runner counts as a SKIP row. Never a silent pass. On stdout, which nextest keeps with the test's output.
 pub fn skip(test: &str, reason: &str) {
     println!("\n{SKIP}{test}: {reason}");
 }
