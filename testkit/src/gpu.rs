@@ -1,6 +1,5 @@
 //! The preamble of every GPU test: the conditions it may run under, checked first.
 
-use crate::skip::SKIP;
 use metrale_gpu_sys::cuda::{self, DriverApi};
 use metrale_gpu_sys::nccl::check_cuda;
 
@@ -40,11 +39,11 @@ pub fn gpus() -> usize {
     count as usize
 }
 
-/// Prints `SKIP <test>: <reason>` (skip's [`SKIP`] marker) on a line of its own (libtest may have begun
-/// one): a test that passed without running because this host cannot give what it needs, which the GPU
-/// runner counts as a SKIP row. Never a silent pass. On stdout, which nextest keeps with the test's output.
+/// Prints `SKIP <test>: <reason>` through skip's one writer ([`crate::skip::skip_named`]): a test that
+/// passed without running because this host cannot give what it needs, which the GPU runner counts as a
+/// SKIP row. Never a silent pass.
 pub fn skip(test: &str, reason: &str) {
-    println!("\n{SKIP}{test}: {reason}");
+    crate::skip::skip_named(test, reason);
 }
 
 /// The GPU count for a test that drives `need` or more GPUs from one process: `None`, with the skip

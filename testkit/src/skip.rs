@@ -12,21 +12,28 @@ pub const SKIP: &str = "SKIP ";
 /// Prints `SKIP <test>: <why>` (the test's name is its thread's, as libtest names it); the caller then
 /// returns, passing.
 pub fn skip(why: impl std::fmt::Display) {
-    say(String::new(), why);
+    say(&this_test(), "", why);
 }
 
 /// Prints `SKIP <test> (<check>): <why>`: the test skipped that one check and runs the rest, passing.
 pub fn skip_check(check: &str, why: impl std::fmt::Display) {
-    say(format!(" ({check})"), why);
+    say(&this_test(), &format!(" ({check})"), why);
 }
 
-fn say(check: String, why: impl std::fmt::Display) {
+/// Prints `SKIP <test>: <why>` for a test that names itself (the GPU tests' `module::test`).
+pub fn skip_named(test: &str, why: impl std::fmt::Display) {
+    say(test, "", why);
+}
+
+/// The running test's name: its thread's, as libtest names it.
+fn this_test() -> String {
     let thread = std::thread::current();
+    thread.name().unwrap_or("unnamed-test").to_string()
+}
+
+fn say(test: &str, check: &str, why: impl std::fmt::Display) {
     // On a line of its own: the harness may have written `test … ... ` to stdout, the same terminal.
-    let line = format!(
-        "\n{SKIP}{}{check}: {why}\n",
-        thread.name().unwrap_or("unnamed-test")
-    );
+    let line = format!("\n{SKIP}{test}{check}: {why}\n");
     // One write of the whole line, so that lines of tests running in parallel do not interleave.
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
