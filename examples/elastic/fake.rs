@@ -450,19 +450,28 @@ pub fn run(script: Script) -> Ending {
             new
         };
         for line in lines.iter().filter(|l| l.contains("phase=waiting")) {
-            let asked: usize = line
-                .rsplit_once("replacements=")
-                .and_then(|(_, n)| n.parse().ok())
-                .unwrap_or(0);
-            let joined = |w: &World| {
-                w.log
+            let asked = number(line, "replacements").unwrap_or(0);
+            let gen = number(line, "gen");
+            // Replacements still running that are not in rank 0's generation: not joined yet, or
+            // joined a grow that was lost (saying so does not make one a member).
+            let pending = {
+                let w = lock(&world);
+                let members: HashSet<&String> = w
+                    .log
                     .iter()
-                    .filter(|(who, _)| who.starts_with("replacement"))
+                    .filter(|(who, l)| {
+                        who.starts_with("replacement")
+                            && l.starts_with("ELASTIC phase=made")
+                            && number(l, "gen") == gen
+                    })
                     .map(|(who, _)| who)
-                    .collect::<HashSet<_>>()
-                    .len()
+                    .collect();
+                procs
+                    .iter()
+                    .filter(|(n, p)| n.starts_with("replacement") && !p.is_finished())
+                    .filter(|(n, _)| !members.contains(n))
+                    .count()
             };
-            let pending = started - joined(&lock(&world));
             let more = asked.saturating_sub(pending);
             for _ in 0..more.min(script.replacements.saturating_sub(started)) {
                 started += 1;
@@ -485,6 +494,12 @@ pub fn run(script: Script) -> Ending {
         log: w.log.clone(),
         broken: w.broken.clone(),
     }
+}
+
+/// The number after `key=` in an `ELASTIC` line.
+fn number(line: &str, key: &str) -> Option<usize> {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
 }
 
 impl Ending {
@@ -517,14 +532,8 @@ impl Ending {
                 .rev()
                 .find(|(who, line)| who == name && line.starts_with("ELASTIC result=ok"))
                 .unwrap_or_else(|| panic!("{name} said no result\n{}", dump()));
-            let num = |key: &str| -> usize {
-                result
-                    .1
-                    .split_whitespace()
-                    .find_map(|kv| kv.strip_prefix(key)?.parse().ok())
-                    .unwrap_or(usize::MAX)
-            };
-            finals.push((num("rank="), num("size=")));
+            let num = |key| number(&result.1, key).unwrap_or(usize::MAX);
+            finals.push((num("rank"), num("size")));
         }
         finals.sort_unstable();
         let want: Vec<(usize, usize)> = (0..size).map(|r| (r, size)).collect();
