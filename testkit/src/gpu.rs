@@ -39,21 +39,14 @@ pub fn gpus() -> usize {
     count as usize
 }
 
-/// Prints `SKIP <test>: <reason>` through skip's one writer ([`crate::skip::skip_named`]): a test that
-/// passed without running because this host cannot give what it needs, which the GPU runner counts as a
-/// SKIP row. Never a silent pass.
-pub fn skip(test: &str, reason: &str) {
-    crate::skip::skip_named(test, reason);
-}
-
 /// The GPU count for a test that drives `need` or more GPUs from one process: `None`, with the skip
 /// line printed, when this host has fewer.
 pub fn gpus_in_one_process(test: &str, need: usize) -> Option<usize> {
     let found = gpus();
     if found < need {
-        skip(
+        crate::skip::skip_named(
             test,
-            &format!("needs {need} GPUs in one process, found {found}"),
+            format_args!("needs {need} GPUs in one process, found {found}"),
         );
         return None;
     }

@@ -1,8 +1,7 @@
 //! What metrale-gpu-sys's GPU suite (`tests/gpu/`) and fault suite (`tests/faults/`) share, and the
 //! benchmark's host-side number formats. Not published: it is test support, not API.
 //!
-//! - [`gpu`]: the preamble every GPU test runs first ([`gpu::gpus`]), the driver table, and the
-//!   visible skip line ([`gpu::skip`]).
+//! - [`gpu`]: the preamble every GPU test runs first ([`gpu::gpus`]) and the driver table.
 //! - [`device_memory`]: the device memory this process uses (nvidia-smi's per-process rows; GPU-wide,
 //!   and saying so, where it lists none), for the leak and cleanup checks.
 //! - [`devbuf`]: device buffers whose copies are queued on the caller's stream.

@@ -136,7 +136,7 @@ fn no_leak_communicators() {
                     .filter(|k| me.fetch(&format!("device.{k}")) == me.device.to_le_bytes())
                     .count();
                 if sharing > 1 {
-                    metrale_gpu_testkit::gpu::skip(test, &format!(
+                    metrale_gpu_testkit::skip::skip_named(test, format_args!(
                         "rank {}: {sharing} ranks share GPU {} and only its GPU-wide figure is known \
                          (see the device memory line): VmRSS is checked",
                         me.rank, me.device

@@ -8,9 +8,10 @@ use std::time::Instant;
 use metrale_gpu_sys::cuda::{CUevent, CUstream};
 use metrale_gpu_sys::nccl::*;
 pub use metrale_gpu_testkit::devbuf::DevBuf;
-pub use metrale_gpu_testkit::gpu::{api, gpus, gpus_in_one_process, skip};
+pub use metrale_gpu_testkit::gpu::{api, gpus, gpus_in_one_process};
 pub use metrale_gpu_testkit::op::Op;
 pub use metrale_gpu_testkit::ranks::{self, Me};
+pub use metrale_gpu_testkit::skip::skip_named;
 pub use metrale_gpu_testkit::world::{group, group_with, wait_comms, World};
 
 use crate::data::{self, Dtype, Rng};

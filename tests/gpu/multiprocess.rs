@@ -208,9 +208,9 @@ fn free_port() -> u16 {
 #[ignore = "needs a GPU and the staged example: run through ci/gpu-run.sh"]
 fn multi_process_example_placed() {
     let Ok(bin) = std::env::var(EXAMPLE_VAR) else {
-        return skip(
+        return skip_named(
             "multiprocess::multi_process_example_placed",
-            &format!("{EXAMPLE_VAR} is not set (the GPU runner sets it to the staged example)"),
+            format_args!("{EXAMPLE_VAR} is not set (the GPU runner sets it to the staged example)"),
         );
     };
     let plan = ranks::plan();
@@ -251,14 +251,14 @@ fn multi_process_example_under_mpirun() {
         return mpirun_rank();
     }
     let Ok(bin) = std::env::var(EXAMPLE_VAR) else {
-        return skip(TEST, &format!("{EXAMPLE_VAR} is not set"));
+        return skip_named(TEST, format_args!("{EXAMPLE_VAR} is not set"));
     };
     let open_mpi = Command::new("mpirun")
         .arg("--version")
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Open MPI"));
     if !open_mpi {
-        return skip(TEST, "no Open MPI mpirun on this host");
+        return skip_named(TEST, "no Open MPI mpirun on this host");
     }
     let plan = ranks::plan();
     println!("{TEST}: {plan}");

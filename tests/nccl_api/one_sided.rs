@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use metrale_gpu_sys::nccl::*;
-use metrale_gpu_testkit::gpu;
+use metrale_gpu_testkit::skip::skip_named;
 
 use crate::support::*;
 
@@ -40,9 +40,9 @@ fn put_signal_wait_signal_and_signal_on_symmetric_windows() {
     if Me::get(NAME).is_none() {
         let plan = ranks::test(NAME).plan();
         if plan.hosts() > 1 {
-            return gpu::skip(
+            return skip_named(
                 NAME,
-                &format!(
+                format_args!(
                     "one-sided transfers across hosts need a GIN network (InfiniBand, EFA); {plan}: run \
                      it with as many ranks as GPUs, or METRALE_TEST_PLACEMENT=multi-rank-gpu (NCCL 2.30+)"
                 ),

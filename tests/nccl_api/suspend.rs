@@ -100,9 +100,9 @@ fn suspend_rank(me: &Me) {
     }
     if before.suspendable == 0 && me.hosts > 1 {
         // Over the socket transport NCCL may keep no releasable GPU memory at all.
-        metrale_gpu_testkit::gpu::skip(
+        metrale_gpu_testkit::skip::skip_named(
             "suspend::suspend_releases_memory_and_resume_restores_it (the memory it releases)",
-            &format!(
+            format_args!(
                 "rank {r}: NCCL reports no suspendable GPU memory over {} simulated hosts (NET/Socket): \
                  nothing to release; the flags and the all-reduces after resuming are checked",
                 me.hosts
