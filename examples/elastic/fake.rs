@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::comm::{Lost, Outcome};
 use crate::fabric::{Fabric, Place};
+use crate::lines;
 use crate::membership::{lock, shared, Membership, Shared};
 use crate::protocol::Held;
 use crate::recovery::{run_member, run_replacement};
@@ -450,8 +451,8 @@ pub fn run(script: Script) -> Ending {
             new
         };
         for line in lines.iter().filter(|l| l.contains("phase=waiting")) {
-            let asked = number(line, "replacements").unwrap_or(0);
-            let gen = number(line, "gen");
+            let asked = lines::number(line, "replacements").unwrap_or(0);
+            let gen = lines::number(line, "gen").unwrap_or(0);
             // Replacements still running that are not in rank 0's generation: not joined yet, or
             // joined a grow that was lost (saying so does not make one a member).
             let pending = {
@@ -459,11 +460,7 @@ pub fn run(script: Script) -> Ending {
                 let members: HashSet<&String> = w
                     .log
                     .iter()
-                    .filter(|(who, l)| {
-                        who.starts_with("replacement")
-                            && l.starts_with("ELASTIC phase=made")
-                            && number(l, "gen") == gen
-                    })
+                    .filter(|(who, l)| who.starts_with("replacement") && lines::made(l, gen))
                     .map(|(who, _)| who)
                     .collect();
                 procs
@@ -496,12 +493,6 @@ pub fn run(script: Script) -> Ending {
     }
 }
 
-/// The number after `key=` in an `ELASTIC` line.
-fn number(line: &str, key: &str) -> Option<usize> {
-    line.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
-}
-
 impl Ending {
     /// Whether `name` was killed.
     fn killed(&self, name: &str) -> bool {
@@ -532,7 +523,7 @@ impl Ending {
                 .rev()
                 .find(|(who, line)| who == name && line.starts_with("ELASTIC result=ok"))
                 .unwrap_or_else(|| panic!("{name} said no result\n{}", dump()));
-            let num = |key| number(&result.1, key).unwrap_or(usize::MAX);
+            let num = |key| lines::number(&result.1, key).unwrap_or(usize::MAX);
             finals.push((num("rank"), num("size")));
         }
         finals.sort_unstable();

@@ -54,6 +54,8 @@ mod fake;
 #[cfg(nccl_2_29)]
 #[path = "../gate/mod.rs"]
 mod gate;
+#[cfg(all(nccl_2_29, test))]
+mod lines;
 #[cfg(nccl_2_29)]
 mod membership;
 #[cfg(nccl_2_29)]

@@ -57,6 +57,8 @@ use metrale_gpu_testkit::skip::skip;
 use metrale_gpu_testkit::stacks;
 
 /// The stray connections the examples' own CPU tests send.
+#[path = "../../examples/elastic/lines.rs"]
+mod lines;
 #[path = "../../examples/gate/strays.rs"]
 mod strays;
 
@@ -326,11 +328,9 @@ fn field(line: &str, key: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// Whether a process that printed `out` is a member of generation `gen`: it printed that generation's
-/// `phase=made` line, as every member does before the checks that rank 0's `phase=waiting` follows.
-fn member_of(out: &str, gen: f64) -> bool {
-    out.lines()
-        .any(|l| word(l, "phase") == "made" && field(l, "gen") == Some(gen))
+/// Whether a process that printed `out` is a member of generation `gen` ([`lines::made`]).
+fn member_of(out: &str, gen: usize) -> bool {
+    out.lines().any(|l| lines::made(l, gen))
 }
 
 fn word<'a>(line: &'a str, key: &str) -> &'a str {
@@ -432,7 +432,7 @@ impl Run<'_> {
     /// Live replacements that are not members of generation `gen`: not joined yet, or joined a grow
     /// that was lost and not yet in a world again. (Not "printed nothing yet": a replacement whose grow
     /// was lost says so and waits for the next plan; counted as joined, it was replaced a second time.)
-    fn pending(&self, gen: f64) -> usize {
+    fn pending(&self, gen: usize) -> usize {
         (self.ranks..self.procs.len())
             .filter(|&i| !self.killed[i] && !member_of(&self.procs[i].output(), gen))
             .count()
@@ -585,7 +585,7 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
                 std::thread::sleep(LATE);
             }
             let need = field(&line, "replacements").unwrap_or(0.0) as usize;
-            let gen = field(&line, "gen").unwrap_or(0.0);
+            let gen = lines::number(&line, "gen").unwrap_or(0);
             for _ in r.pending(gen)..need {
                 r.start_replacement()?;
             }
@@ -977,13 +977,13 @@ fn a_given_up_grow_then_an_init_at_full_size_is_a_recovery() {
 fn a_replacement_whose_grow_was_lost_is_still_pending() {
     let lost = "[stderr] replacement: no job token\n\
                 ELASTIC phase=detect rank=14 gen=3 how=setup held=aborted at_unix_us=1 waited_ms=2.1\n";
-    assert!(!member_of("", 2.0));
-    assert!(!member_of(lost, 2.0) && !member_of(lost, 3.0));
+    assert!(!member_of("", 2));
+    assert!(!member_of(lost, 2) && !member_of(lost, 3));
     let grown = "ELASTIC phase=made rank=6 size=7 gen=2 how=grow step=131\n\
                  ELASTIC phase=grow rank=6 size=7 gen=2 grow_ms=17236.3 allreduce=ok\n\
                  ELASTIC phase=detect rank=6 gen=2 how=rendezvous held=revoked at_unix_us=2 waited_ms=1.0\n";
-    assert!(member_of(grown, 2.0));
-    assert!(!member_of(grown, 1.0) && !member_of(grown, 3.0));
+    assert!(member_of(grown, 2));
+    assert!(!member_of(grown, 1) && !member_of(grown, 3));
 }
 
 /// Each phase's kill fires on the line rank 0 prints when it enters that phase, and on no other of a
