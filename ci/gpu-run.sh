@@ -41,7 +41,7 @@
 # Logs: LOGDIR/summary.txt (the table and every MEASURED line), machine.txt, nccl-VERSION/*.log.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
-# A hung rank's stacks come from gdb or cuda-gdb on PATH (testkit/src/stacks.rs); CUDA's is in its bin/.
+# A hung rank's stacks come from gdb or cuda-gdb on PATH (crates/testkit/src/stacks.rs); CUDA's is in its bin/.
 { command -v gdb || command -v cuda-gdb; } >/dev/null || [ ! -x /usr/local/cuda/bin/cuda-gdb ] ||
     export PATH=$PATH:/usr/local/cuda/bin
 

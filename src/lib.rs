@@ -14,7 +14,7 @@
 //! - [`version`]: the headers' NCCL version against the loaded library's, the library's file and search.
 //!
 //! Waits with a deadline that give up on the communicators (abort, or revoke with NCCL 2.29+) instead of
-//! hanging are the sibling crate `metrale-gpu-watchdog` (`watchdog/` in this workspace), built on this one.
+//! hanging are the sibling crate `metrale-gpu-watchdog` (`crates/watchdog/` in this workspace), built on this one.
 //!
 //! Status and selector types (`ncclResult_t`, `ncclDataType_t`, `ncclRedOp_t`, `CUresult`, …) are
 //! transparent newtypes over the C integer with associated constants (`ncclResult_t::ncclSuccess`), not

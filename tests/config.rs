@@ -1,6 +1,6 @@
 //! `NcclConfig::default()` and the other initializer `Default`s against what nccl.h says its
 //! initializer macros hold. (Their bytes against the C compiler's own initializers, and every offset, are
-//! checked in systest/.)
+//! checked in crates/systest/.)
 
 use metrale_gpu_sys::nccl::*;
 

@@ -1,5 +1,5 @@
 //! Every function nccl.h declares is called somewhere in the workspace: by a helper (`src/`), the
-//! watchdog crate (`watchdog/`), a test, an example or a benchmark. The functions are the `nccl*` ones bindgen generated from the header the build
+//! watchdog crate (`crates/watchdog/`), a test, an example or a benchmark. The functions are the `nccl*` ones bindgen generated from the header the build
 //! used, so the list follows the installed NCCL. A call is what syn parses as a call expression of that
 //! name (also inside a macro's arguments): never a mention in a string or a comment. The generated
 //! snapshot (`src/snapshot/`) declares every function and does not count. Needs no GPU: it reads files.

@@ -54,9 +54,9 @@ rust=$here/perf
 # perf built with the crate's feature `link` (DT_NEEDED libnccl), where bench/stage built one: the
 # "linked" program, beside perf's run-time loading.
 linked=$here/perf-linked
-[ -x "$rust" ] || { say "no perf binary in $here: run bench/stage on the build machine first"; exit 2; }
+[ -x "$rust" ] || { say "no perf binary in $here: run crates/bench/stage on the build machine first"; exit 2; }
 want=$(sed -n 's/^NCCL_VERSION=//p' "$here/BUILD-INFO.txt" 2>/dev/null)
-[ -n "$want" ] || { say "no NCCL_VERSION in $here/BUILD-INFO.txt: run bench/stage first"; exit 2; }
+[ -n "$want" ] || { say "no NCCL_VERSION in $here/BUILD-INFO.txt: run crates/bench/stage first"; exit 2; }
 [ -f "$CUDA_HOME/include/cuda.h" ] || { say "no cuda.h in $CUDA_HOME/include: set CUDA_HOME"; exit 2; }
 
 # The version nccl.h in folder $1 declares, as 2.28.9.
@@ -100,7 +100,7 @@ find_nccl() {
 if ! find_nccl; then
     cat "$logs/find-nccl.txt"
     say "no NCCL $want with nccl.h and libnccl.so.2 here: set NCCL_HOME=<dir with include/ and lib/>, or stage"
-    say "perf for a version this host has (bench/stage VERSION)"
+    say "perf for a version this host has (crates/bench/stage VERSION)"
     exit 2
 fi
 export LD_LIBRARY_PATH=$NCCL_LIB:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

@@ -626,7 +626,7 @@ mod tests {
     /// the stacks, with time to spare for the kill and the printing.
     #[test]
     fn the_runners_kill_comes_after_the_limit_and_the_stacks() {
-        let toml = include_str!("../../ci/gpu-nextest.toml");
+        let toml = include_str!("../../../ci/gpu-nextest.toml");
         let line = toml
             .lines()
             .find(|l| l.starts_with("slow-timeout"))

@@ -53,7 +53,7 @@ fn main() {
     .expect("write api.json");
     cc::Build::new()
         .file(&c)
-        .include(manifest.join(".."))
+        .include(manifest.join("../.."))
         .includes(&includes)
         .compile("systest");
 }
