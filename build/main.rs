@@ -20,6 +20,8 @@ mod initializers;
 mod layout;
 #[cfg(feature = "bindgen")]
 mod nccl_table;
+#[cfg(feature = "bindgen")]
+mod print;
 mod snapshot;
 // Shared with the crate (which compares it with the loaded library's version): one definition of the type.
 #[allow(dead_code)] // `from_code` is the crate's
