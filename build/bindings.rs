@@ -9,7 +9,9 @@
 
 use std::path::Path;
 
-use crate::{bindgen_panic, driver_table, layout, nccl_table, snapshot, Inputs};
+use metrale_gpu_sys_build::bindgen_panic;
+
+use crate::{driver_table, layout, nccl_table, snapshot, Inputs};
 
 /// The `cuda.h` types the helpers name (with what they refer to).
 const DRIVER_TYPES: &str =

@@ -5,15 +5,12 @@
 //! Any failure ends the build with one message on stderr: what is missing, where it looked, how to fix it.
 
 #[cfg(feature = "bindgen")]
-mod bindgen_panic;
-#[cfg(feature = "bindgen")]
 mod bindings;
 #[cfg(feature = "bindgen")]
 mod declared;
 #[cfg(feature = "bindgen")]
 mod driver_table;
 mod env;
-mod find;
 mod header;
 mod initializers;
 #[cfg(feature = "bindgen")]
@@ -23,14 +20,11 @@ mod nccl_table;
 #[cfg(feature = "bindgen")]
 mod print;
 mod snapshot;
-// Shared with the crate (which compares it with the loaded library's version): one definition of the type.
-#[allow(dead_code)] // `from_code` is the crate's
-#[path = "../src/nccl_version.rs"]
-mod nccl_version;
 
 use std::path::{Path, PathBuf};
 
-use nccl_version::NcclVersion;
+use header::HeaderVersion;
+use metrale_gpu_sys_build::find;
 use snapshot::Snapshot;
 
 /// Minor versions the `nccl_2_<minor>` cfg flags are declared for (see `emit_version`).
@@ -46,13 +40,7 @@ fn main() {
 fn run() -> Result<(), String> {
     let manifest_dir = PathBuf::from(required("CARGO_MANIFEST_DIR")?);
     let out_dir = PathBuf::from(required("OUT_DIR")?);
-    for input in [
-        "build",
-        "src/nccl_version.rs",
-        "wrapper.h",
-        "shim",
-        "src/snapshot",
-    ] {
+    for input in ["build", "wrapper.h", "shim", "src/snapshot"] {
         println!("cargo:rerun-if-changed={input}");
     }
 
@@ -86,7 +74,7 @@ fn run() -> Result<(), String> {
         &target.to_string_lossy(),
         &host.to_string_lossy(),
     );
-    let found = find::find(&BuildHost, &places)?;
+    let found = find::find(&BuildHost, &places).map_err(|not_found| not_found.to_string())?;
     for skipped in &found.passed_over {
         println!(
             "cargo:warning=metrale-gpu-sys passed over {skipped}; using {}",
@@ -159,7 +147,7 @@ fn run() -> Result<(), String> {
 /// structs: a patched or mislabelled nccl.h). Returns what a failed compile of the shim then means.
 fn use_snapshot(
     snapshot: &Snapshot,
-    (nccl, cuda): (NcclVersion, u32),
+    (nccl, cuda): (HeaderVersion, u32),
     found: &find::Found,
     filled: &[&str],
     out_dir: &Path,
@@ -230,7 +218,7 @@ struct Inputs<'a> {
     include_dirs: &'a [PathBuf],
     out_dir: &'a Path,
     /// The headers' versions and the structs the shim fills, recorded beside the bindings (`facts.rs`).
-    nccl: NcclVersion,
+    nccl: HeaderVersion,
     cuda: u32,
     filled: &'a [&'a str],
 }
@@ -274,7 +262,7 @@ fn link_nccl(found: &find::Found) {
 
 /// Versions for this crate (cfg flags) and for dependents (`DEP_NCCL_*` in their build scripts); where the
 /// headers and library are, unless the bindings come from the snapshot alone (docs.rs).
-fn emit_version(nccl: NcclVersion, cuda: u32, found: Option<&find::Found>, out_dir: &Path) {
+fn emit_version(nccl: HeaderVersion, cuda: u32, found: Option<&find::Found>, out_dir: &Path) {
     let asked: Vec<String> = ASKED_MACROS.iter().map(|m| format!("{m:?}")).collect();
     println!(
         "cargo:rustc-check-cfg=cfg(nccl_macro, values({}))",
@@ -286,7 +274,7 @@ fn emit_version(nccl: NcclVersion, cuda: u32, found: Option<&find::Found>, out_d
             println!("cargo:rustc-cfg=nccl_2_{minor}");
         }
     }
-    println!("cargo:version_number={}", nccl.code());
+    println!("cargo:version_number={}", nccl.code);
     println!("cargo:version={nccl}");
     println!("cargo:cuda_version={cuda}");
     println!("cargo:bindings={}", out_dir.join("bindings.rs").display());
@@ -384,10 +372,6 @@ impl find::Host for BuildHost {
             };
             dirs.extend(std::env::split_paths(&own));
         }
-        let version = |name: &str| -> Option<Vec<u32>> {
-            let digits = name.strip_prefix("cuda-")?;
-            digits.split('.').map(|p| p.parse().ok()).collect()
-        };
         let mut names: Vec<(Vec<u32>, String)> = dirs
             .iter()
             .filter_map(|dir| std::fs::read_dir(dir).ok())
@@ -396,7 +380,7 @@ impl find::Host for BuildHost {
             .filter_map(|entry| {
                 let name = entry.file_name().into_string().ok()?;
                 let name = name.strip_suffix(".pc")?.to_string();
-                Some((version(&name)?, name))
+                Some((find::cuda_version(&name)?, name))
             })
             .collect();
         // Newest first; a name in two folders once (pkg-config takes the first folder's).

@@ -6,11 +6,11 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::nccl_version::NcclVersion;
+use crate::header::HeaderVersion;
 
 /// What the snapshot was made from, as the bindgen run that wrote it recorded (`facts` below).
 mod recorded {
-    use crate::nccl_version::NcclVersion;
+    use crate::header::HeaderVersion;
     /// A struct's C name, its size, and each field's name and offset.
     type StructLayout = (&'static str, usize, &'static [(&'static str, usize)]);
     include!("../src/snapshot/facts.rs");
@@ -33,7 +33,7 @@ impl Snapshot {
     ];
 
     /// Puts the snapshot where bindgen's output would go; returns the NCCL and CUDA versions it was made from.
-    pub fn install(&self, out_dir: &Path) -> Result<(NcclVersion, u32), String> {
+    pub fn install(&self, out_dir: &Path) -> Result<(HeaderVersion, u32), String> {
         for file in Self::FILES {
             let from = self.dir.join(file);
             std::fs::copy(&from, out_dir.join(file)).map_err(|e| {
@@ -91,7 +91,7 @@ impl Snapshot {
 /// structs have `layouts` (`layout.rs`).
 #[cfg(feature = "bindgen")]
 pub fn facts(
-    nccl: NcclVersion,
+    nccl: HeaderVersion,
     cuda: u32,
     layouts: &[crate::layout::Layout],
 ) -> Result<String, String> {
@@ -99,8 +99,8 @@ pub fn facts(
     use proc_macro2::Literal;
     use quote::quote;
 
-    let [major, minor, patch, cuda] =
-        [nccl.major, nccl.minor, nccl.patch, cuda].map(Literal::u32_unsuffixed);
+    let [major, minor, patch, code, cuda] =
+        [nccl.major, nccl.minor, nccl.patch, nccl.code, cuda].map(Literal::u32_unsuffixed);
     let structs = layouts.iter().map(|layout| {
         let c_name = &layout.c_name;
         let size = Literal::u64_unsuffixed(layout.size);
@@ -110,7 +110,7 @@ pub fn facts(
         });
         quote!((#c_name, #size, &[#(#fields),*]))
     });
-    let nccl_doc = docs("The NCCL version of the headers the bindings were generated from.");
+    let nccl_doc = docs("The NCCL version of the headers the bindings were generated from, as nccl.h's macros say it.");
     let cuda_doc = docs("Their cuda.h's `CUDA_VERSION`.");
     let structs_doc = docs(
         "Each struct the shim fills, as clang laid it out for bindgen (whose layout tests hold the Rust type\n\
@@ -121,7 +121,12 @@ pub fn facts(
          of bindgen's (feature `bundled-bindings`, docs.rs)",
         quote! {
             #nccl_doc
-            pub const NCCL: NcclVersion = NcclVersion { major: #major, minor: #minor, patch: #patch };
+            pub const NCCL: HeaderVersion = HeaderVersion {
+                major: #major,
+                minor: #minor,
+                patch: #patch,
+                code: #code,
+            };
             #cuda_doc
             pub const CUDA_VERSION: u32 = #cuda;
             #structs_doc

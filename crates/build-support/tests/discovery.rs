@@ -1,15 +1,34 @@
-//! The discovery steps of build/find.rs, driven with a fake environment over directories made here: each
-//! way of finding NCCL and the CUDA headers, their order, and the message when nothing is found.
-
-#[allow(dead_code)]
-#[path = "../build/find.rs"]
-mod find;
+//! The discovery steps (`find`), driven with a fake environment over directories made here: each way of
+//! finding NCCL and the CUDA headers, their order, the steps passed over, and the message when nothing is
+//! found.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use find::{find, Host, PkgConfig, Places};
+use metrale_gpu_sys_build::find::{self, Host, Miss, NotFound, PkgConfig, Places, Step, Why};
+
+/// The NCCL version the places pin: any version; the tests pass it in and look for it.
+const PINNED: &str = "2.99.0";
+
+/// The search, as the build runs it.
+fn find(host: &Fake, places: &Places) -> Result<find::Found, NotFound> {
+    find::find(host, places)
+}
+
+/// The report of a search expected to fail.
+fn not_found(host: &Fake, places: &Places, why: &str) -> String {
+    find(host, places).expect_err(why).to_string()
+}
+
+/// The step of a variable `var`, set (as `form`) to `value`.
+fn variable(var: &'static str, form: &str, value: &Path) -> Step {
+    Step::Variable {
+        var,
+        form: form.to_string(),
+        value: value.to_path_buf(),
+    }
+}
 
 #[derive(Default)]
 struct Fake {
@@ -77,7 +96,7 @@ fn empty_places(dir: &Path) -> Places {
     Places {
         setup_nccl: Some(dir.join("deps/nccl")),
         setup_cuda: Some(dir.join("deps/cuda")),
-        pinned_nccl: "2.29.7".to_string(),
+        pinned_nccl: PINNED.to_string(),
         usr_local_cuda: dir.join("usr-local-cuda"),
         system_include: dir.join("usr-include"),
         system_lib: dir.join("usr-lib"),
@@ -90,7 +109,7 @@ fn empty_places(dir: &Path) -> Places {
 #[test]
 fn nothing_anywhere_gives_one_message_naming_every_place_and_the_fix() {
     let dir = scratch("none");
-    let msg = find(&Fake::default(), &empty_places(&dir)).expect_err("nothing to find");
+    let msg = not_found(&Fake::default(), &empty_places(&dir), "nothing to find");
     assert!(msg.starts_with("metrale-gpu-sys could not find NCCL (nccl.h and libnccl.so*) nor the CUDA headers (cuda.h)."), "{msg}");
     for step in [
         "NCCL_INCLUDE_DIR, NCCL_LIB_DIR: not set",
@@ -152,11 +171,11 @@ fn outside_the_repository_deps_is_not_searched_and_the_message_names_the_wheels(
     };
     nccl_root(&dir.join("deps/nccl"), "lib", "libnccl.so.2");
     cuda_root(&dir.join("deps/cuda"));
-    let msg = find(&Fake::default(), &places).expect_err("nothing searched holds NCCL");
+    let msg = not_found(&Fake::default(), &places, "nothing searched holds NCCL");
     assert!(!msg.contains("ci/setup"), "{msg}");
     assert!(!msg.contains(".deps"), "{msg}");
     for fix in [
-        "pip install nvidia-nccl-cu13==2.29.7 nvidia-cuda-runtime nvidia-cuda-crt nvidia-cuda-cccl",
+        &format!("pip install nvidia-nccl-cu13=={PINNED} nvidia-cuda-runtime nvidia-cuda-crt nvidia-cuda-cccl"),
         "nvidia-nccl-cu12, nvidia-cuda-runtime-cu12, nvidia-cuda-nvcc-cu12, nvidia-cuda-cccl-cu12",
         "NCCL_HOME=",
         "CUDA_HOME=",
@@ -168,7 +187,7 @@ fn outside_the_repository_deps_is_not_searched_and_the_message_names_the_wheels(
     // Places::new: the folder only where the build names one (the checkout has ci/setup).
     let published = Places::new(
         None,
-        "2.29.7",
+        PINNED,
         "x86_64-unknown-linux-gnu",
         "x86_64-unknown-linux-gnu",
     );
@@ -188,10 +207,14 @@ fn one_of_the_two_directories_alone() {
     let found = find(&host, &empty_places(&dir)).expect("nccl.h beside the library");
     assert_eq!(found.nccl_include, nccl.join("include"));
     assert_eq!(found.nccl_lib_dir, nccl.join("lib64"));
-    assert!(
-        found.nccl_step.starts_with("NCCL_LIB_DIR="),
-        "{}",
-        found.nccl_step
+    assert_eq!(
+        found.nccl_step,
+        Step::NcclDirAlone {
+            var: "NCCL_LIB_DIR",
+            form: "NCCL_LIB_DIR".into(),
+            dir: nccl.join("lib64"),
+            missing: "NCCL_INCLUDE_DIR",
+        }
     );
 
     host.vars.remove("NCCL_LIB_DIR");
@@ -204,7 +227,7 @@ fn one_of_the_two_directories_alone() {
     touch(lib.join("libnccl.so.2"));
     host.vars.remove("NCCL_INCLUDE_DIR");
     host.vars.insert("NCCL_LIB_DIR", lib.clone());
-    let msg = find(&host, &empty_places(&dir)).expect_err("no nccl.h beside the library");
+    let msg = not_found(&host, &empty_places(&dir), "no nccl.h beside the library");
     let expected = format!(
         "NCCL_LIB_DIR={} without NCCL_INCLUDE_DIR (set it too, or nccl.h is looked for beside it): no nccl.h in {}",
         lib.display(),
@@ -215,7 +238,7 @@ fn one_of_the_two_directories_alone() {
     touch(inc.join("nccl.h"));
     host.vars.remove("NCCL_LIB_DIR");
     host.vars.insert("NCCL_INCLUDE_DIR", inc.clone());
-    let msg = find(&host, &empty_places(&dir)).expect_err("no library beside the headers");
+    let msg = not_found(&host, &empty_places(&dir), "no library beside the headers");
     let expected = format!(
         "NCCL_INCLUDE_DIR={} without NCCL_LIB_DIR (set it too, or the library is looked for beside it): \
          nccl.h in {}, but no libnccl.so or libnccl.so.2 in",
@@ -238,8 +261,17 @@ fn include_and_lib_dirs_named_outright() {
     assert_eq!(found.nccl_include, nccl.join("include"));
     assert_eq!(found.nccl_lib_dir, nccl.join("libs"));
     assert_eq!(found.nccl_lib_file, "libnccl.so");
-    assert_eq!(found.nccl_step, "NCCL_INCLUDE_DIR/NCCL_LIB_DIR");
-    assert_eq!(found.cuda_step, "CUDA_INCLUDE_DIR");
+    assert_eq!(found.nccl_step, Step::NcclDirs);
+    assert_eq!(found.nccl_step.to_string(), "NCCL_INCLUDE_DIR/NCCL_LIB_DIR");
+    let include = cuda.join("include");
+    assert_eq!(
+        found.cuda_step,
+        variable("CUDA_INCLUDE_DIR", "CUDA_INCLUDE_DIR", &include)
+    );
+    assert_eq!(
+        found.cuda_step.to_string(),
+        format!("CUDA_INCLUDE_DIR={}", include.display())
+    );
 }
 
 #[test]
@@ -261,23 +293,24 @@ fn a_pip_layout_through_nccl_home_and_cuda_home() {
         found.cuda_include,
         vec![cuda.join("include"), cuda.join("include/cccl")]
     );
-    assert_eq!(found.nccl_step, format!("NCCL_HOME={}", nccl.display()));
+    assert_eq!(found.nccl_step, variable("NCCL_HOME", "NCCL_HOME", &nccl));
+    assert_eq!(
+        found.nccl_step.to_string(),
+        format!("NCCL_HOME={}", nccl.display())
+    );
 }
 
 #[test]
 fn nccl_root_with_a_toolkit_layout() {
     let dir = scratch("root");
     let nccl = nccl_root(&dir.join("nccl"), "lib64", "libnccl.so");
+    let cuda = cuda_root(&dir.join("cuda"));
     let mut host = Fake::default();
     host.vars.insert("NCCL_ROOT", nccl.clone());
-    host.vars.insert("CUDA_PATH", cuda_root(&dir.join("cuda")));
+    host.vars.insert("CUDA_PATH", cuda.clone());
     let found = find(&host, &empty_places(&dir)).expect("found");
     assert_eq!(found.nccl_lib_dir, nccl.join("lib64"));
-    assert!(
-        found.cuda_step.starts_with("CUDA_PATH="),
-        "{}",
-        found.cuda_step
-    );
+    assert_eq!(found.cuda_step, variable("CUDA_PATH", "CUDA_PATH", &cuda));
 }
 
 #[test]
@@ -296,8 +329,10 @@ fn an_explicit_root_beats_ci_setup_which_beats_pkg_config() {
         },
     );
     let found = find(&host, &places).expect("found");
-    assert_eq!(found.nccl_step, "ci/setup's folder");
-    assert_eq!(found.cuda_step, "ci/setup's folder");
+    assert_eq!(
+        (found.nccl_step, found.cuda_step),
+        (Step::Setup, Step::Setup)
+    );
 
     let home = nccl_root(&dir.join("home"), "lib", "libnccl.so.2");
     host.vars.insert("NCCL_HOME", home.clone());
@@ -329,8 +364,11 @@ fn pkg_config_for_nccl_and_cuda() {
     );
     let found = find(&host, &empty_places(&dir)).expect("found");
     assert_eq!(
-        (found.nccl_step.as_str(), found.cuda_step.as_str()),
-        ("pkg-config nccl", "pkg-config cuda-13.0")
+        (found.nccl_step, found.cuda_step),
+        (
+            Step::PkgConfig("nccl".into()),
+            Step::PkgConfig("cuda-13.0".into())
+        )
     );
     assert_eq!(found.nccl_lib_dir, nccl.join("lib"));
 }
@@ -350,13 +388,13 @@ fn a_header_without_its_library_is_not_taken() {
     host.vars.insert("NCCL_HOME", dir.join("half"));
     host.vars.insert("CUDA_HOME", cuda_root(&dir.join("cuda")));
     let found = find(&host, &places).expect("the system's complete install");
-    assert_eq!(found.nccl_step, "the system directories");
+    assert_eq!(found.nccl_step, Step::System);
 
     let places = Places {
         system_include: dir.join("none"),
         ..places
     };
-    let msg = find(&host, &places).expect_err("only half an install");
+    let msg = not_found(&host, &places, "only half an install");
     assert!(
         msg.contains("but no libnccl.so or libnccl.so.2 in"),
         "{msg}"
@@ -376,14 +414,25 @@ fn a_variable_that_names_no_installation_is_passed_over_with_a_warning() {
     let mut host = Fake::default();
     host.vars.insert("NCCL_HOME", dir.join("typo"));
     let found = find(&host, &places).expect("ci/setup's folder");
-    assert_eq!(found.nccl_step, "ci/setup's folder");
+    assert_eq!(found.nccl_step, Step::Setup);
+    let typo = dir.join("typo");
     assert_eq!(
         found.passed_over,
-        vec![format!(
+        vec![Miss {
+            step: variable("NCCL_HOME", "NCCL_HOME", &typo),
+            why: Why::NoHeader {
+                header: "nccl.h",
+                dirs: vec![typo.join("include")],
+            },
+        }]
+    );
+    assert_eq!(
+        found.passed_over[0].to_string(),
+        format!(
             "NCCL_HOME={}: no nccl.h in {}",
-            dir.join("typo").display(),
-            dir.join("typo/include").display()
-        )]
+            typo.display(),
+            typo.join("include").display()
+        )
     );
     host.vars.clear();
     assert!(find(&host, &places).expect("found").passed_over.is_empty());
@@ -397,7 +446,7 @@ fn a_variable_that_names_no_installation_is_passed_over_with_a_warning() {
     let toolkit = cuda_root(&dir.join("cuda-12"));
     host.vars.insert("CUDA_HOME", toolkit.clone());
     let found = find(&host, &places).expect("found");
-    assert_eq!(found.nccl_step, "the system directories");
+    assert_eq!(found.nccl_step, Step::System);
     assert_eq!(found.cuda_include[0], toolkit.join("include"));
     assert!(found.passed_over.is_empty(), "{:?}", found.passed_over);
 }
@@ -423,7 +472,7 @@ fn cuda_12_pip_wheels_are_found_from_one_variable() {
         host.vars.insert("CUDA_HOME", home.clone());
         let found = find(&host, &places).expect("found");
         assert_eq!(found.cuda_include, expected, "CUDA_HOME={}", home.display());
-        assert_eq!(found.cuda_step, format!("CUDA_HOME={}", home.display()));
+        assert_eq!(found.cuda_step, variable("CUDA_HOME", "CUDA_HOME", &home));
     }
     // CUDA 13's single package, from the same common folder.
     let cu13 = cuda_root(&dir.join("site13/nvidia/cu13"));
@@ -435,14 +484,15 @@ fn cuda_12_pip_wheels_are_found_from_one_variable() {
     );
 }
 
+/// Places as the build script makes them for `target` on an x86_64 build machine, in a checkout whose
+/// `.deps/` is `deps`.
+fn places_in(deps: &Path, target: &str) -> Places {
+    Places::new(Some(deps), PINNED, target, "x86_64-unknown-linux-gnu")
+}
+
 /// Places as the build script makes them for `target` on an x86_64 build machine, in a checkout at /repo.
 fn places_for(target: &str) -> Places {
-    Places::new(
-        Some(Path::new("/repo/.deps")),
-        "2.29.7",
-        target,
-        "x86_64-unknown-linux-gnu",
-    )
+    places_in(Path::new("/repo/.deps"), target)
 }
 
 /// Places for a cross-build to aarch64 on x86_64, with the fixed folders empty under `dir`.
@@ -461,20 +511,25 @@ fn a_cross_build_takes_the_targets_folders() {
     let native = places_for("x86_64-unknown-linux-gnu");
     assert_eq!(native.system_lib, Path::new("/usr/lib/x86_64-linux-gnu"));
     assert_eq!(
-        native.setup_nccl.as_deref(),
-        Some(Path::new("/repo/.deps/nccl-2.29.7/nvidia/nccl"))
+        native.setup_nccl,
+        Some(PathBuf::from(format!(
+            "/repo/.deps/nccl-{PINNED}/nvidia/nccl"
+        )))
     );
     assert_eq!(native.cuda_target, "x86_64-linux");
     let cross = places_for("aarch64-unknown-linux-gnu");
     assert_eq!(cross.system_lib, Path::new("/usr/lib/aarch64-linux-gnu"));
     assert_eq!(
-        cross.setup_nccl.as_deref(),
-        Some(Path::new(
-            "/repo/.deps/aarch64-unknown-linux-gnu/nccl-2.29.7/nvidia/nccl"
-        ))
+        cross.setup_nccl,
+        Some(PathBuf::from(format!(
+            "/repo/.deps/aarch64-unknown-linux-gnu/nccl-{PINNED}/nvidia/nccl"
+        )))
     );
+    let deps = scratch("cross-deps");
+    std::fs::create_dir_all(deps.join("cuda-13.0/nvidia")).expect("mkdir");
     assert_eq!(
-        cross.setup_cuda, native.setup_cuda,
+        places_in(&deps, "aarch64-unknown-linux-gnu").setup_cuda,
+        places_in(&deps, "x86_64-unknown-linux-gnu").setup_cuda,
         "headers are the same for every target"
     );
     assert_eq!(cross.cuda_target, "sbsa-linux");
@@ -489,7 +544,7 @@ fn a_cross_build_takes_the_targets_folders() {
     touch(toolkit.join("include/nccl.h"));
     let mut host = Fake::default();
     host.vars.insert("CUDA_HOME", toolkit.clone());
-    let msg = find(&host, &places).expect_err("only x86_64's libnccl");
+    let msg = not_found(&host, &places, "only x86_64's libnccl");
     assert!(
         msg.contains("but no libnccl.so or libnccl.so.2 in"),
         "{msg}"
@@ -522,10 +577,10 @@ fn a_variable_for_the_target_beats_the_plain_one() {
             .insert("CUDA_HOME_aarch64_unknown_linux_gnu", cuda.clone());
         let found = find(&host, &places).expect("found");
         assert_eq!(found.nccl_include, arm.join("include"));
-        assert_eq!(found.nccl_step, format!("{form}={}", arm.display()));
+        assert_eq!(found.nccl_step, variable("NCCL_HOME", form, &arm));
         assert_eq!(
             found.cuda_step,
-            format!("CUDA_HOME_aarch64_unknown_linux_gnu={}", cuda.display())
+            variable("CUDA_HOME", "CUDA_HOME_aarch64_unknown_linux_gnu", &cuda)
         );
     }
     // Another target's variable is not this one's.
@@ -540,4 +595,37 @@ fn a_variable_for_the_target_beats_the_plain_one() {
         find(&host, &places).expect("found").nccl_include,
         plain.join("include")
     );
+}
+
+/// ci/setup's CUDA headers are the newest `cuda-<version>` it installed (by version, not by name), and
+/// none where it installed none.
+#[test]
+fn ci_setups_newest_cuda_headers_are_searched() {
+    let deps = scratch("setup-cuda");
+    assert_eq!(
+        places_in(&deps, "x86_64-unknown-linux-gnu").setup_cuda,
+        None
+    );
+    for version in ["12.4", "12.9", "13.10", "13.9"] {
+        std::fs::create_dir_all(deps.join(format!("cuda-{version}/nvidia"))).expect("mkdir");
+    }
+    std::fs::create_dir_all(deps.join("cuda-unknown/nvidia")).expect("mkdir");
+    assert_eq!(
+        places_in(&deps, "x86_64-unknown-linux-gnu").setup_cuda,
+        Some(deps.join("cuda-13.10/nvidia"))
+    );
+    assert_eq!(find::cuda_version("cuda-12.9"), Some(vec![12, 9]));
+    assert_eq!(find::cuda_version("cuda-12.x"), None);
+    assert_eq!(find::cuda_version("nccl-2.29.7"), None);
+
+    // The CUDA 12 wheels' layout under that root serves too.
+    let places = Places {
+        setup_cuda: Some(deps.join("cuda-12.9/nvidia")),
+        ..empty_places(&deps)
+    };
+    nccl_root(setup(&places.setup_nccl), "lib", "libnccl.so.2");
+    let expected = cuda12_pip(&deps.join("cuda-12.9/nvidia"));
+    let found = find(&Fake::default(), &places).expect("found");
+    assert_eq!(found.cuda_step, Step::Setup);
+    assert_eq!(found.cuda_include, expected);
 }

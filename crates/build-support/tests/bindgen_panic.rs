@@ -1,8 +1,7 @@
-//! What the build says when bindgen panics (build/bindgen_panic.rs): a libclang that cannot load is a setup
-//! to fix, any other panic a bug to report, never "install libclang".
+//! What the build says when bindgen panics (`bindgen_panic`): a libclang that cannot load is a setup to
+//! fix, any other panic a bug to report, never "install libclang".
 
-#[path = "../build/bindgen_panic.rs"]
-mod bindgen_panic;
+use metrale_gpu_sys_build::bindgen_panic;
 
 #[test]
 fn a_missing_libclang_says_how_to_get_one() {
