@@ -687,7 +687,7 @@ impl fmt::Display for NotFound {
             f.write_str(
                 "\n  To fix it on a Debian/Ubuntu build machine without a CUDA toolkit, run in this repository:\n\
                  \n        ci/setup\n\
-                 \n  It installs the pinned NCCL and the CUDA 13 headers from PyPI into .deps/, where the build finds them.\n",
+                 \n  It installs the pinned NCCL and the CUDA headers from PyPI into .deps/, where the build finds them.\n",
             )?;
         } else {
             write!(
