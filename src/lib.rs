@@ -151,6 +151,9 @@ pub mod bindings {
     include!(concat!(env!("OUT_DIR"), "/nccl_loaded.rs"));
 }
 
+mod build_info;
+mod c_text;
+mod check;
 pub mod cuda;
 mod dladdr;
 mod error;
@@ -173,8 +176,9 @@ pub mod nccl {
     //! device. The helpers check the status code and turn it into a [`GpuError`].
 
     pub use crate::bindings::*;
+    pub use crate::check::check_nccl;
     pub use crate::cuda::check_cuda;
-    pub use crate::error::{check_nccl, GpuError};
+    pub use crate::error::GpuError;
     pub use crate::initializers::NCCL_CONFIG_UNDEF_INT;
     pub use crate::last_error::check_nccl_with_last_error;
     pub use crate::memory::{nccl_mem_alloc, nccl_mem_free};
