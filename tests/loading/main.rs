@@ -171,7 +171,7 @@ fn a_preloaded_older_nccl_is_the_one_refused_as_skew_and_nothing_else_is_loaded(
     let Some((older, dir)) = older() else { return };
     let lib = dir.join("libnccl.so.2");
     let preload = ("LD_PRELOAD", lib.display().to_string());
-    let report = child(&[preload.clone()]);
+    let report = child(std::slice::from_ref(&preload));
     let check = report.value("CHECK");
     assert!(
         check.starts_with(&format!(
@@ -214,7 +214,7 @@ fn a_preloaded_nccl_is_the_one_and_a_different_named_library_is_refused_naming_b
     let (version, dir) = elsewhere("preloaded");
     let lib = dir.join("libnccl.so.2");
     let preload = ("LD_PRELOAD", lib.display().to_string());
-    let report = child(&[preload.clone()]);
+    let report = child(std::slice::from_ref(&preload));
     assert_eq!(report.value("CHECK"), format!("ok {version}"));
     assert_eq!(real(report.value("LIBRARY")), real(&lib));
     assert_eq!(report.mapped(), [real(&lib)], "one libnccl in the process");
