@@ -163,7 +163,7 @@ impl fmt::Display for GpuError {
                     "{context} failed: the loaded libnccl {library} ({library_path}) lacks {function}, which the \
                      nccl.h {headers} this crate was built with declares: {function} exists since an NCCL newer \
                      than {library} (and no newer than {headers}). Load libnccl {headers} or newer \
-                     (METRALE_NCCL_LIBRARY=<file or folder>), or call only what {library} has."
+                     (METRALE_NCCL_LIBRARY=<its absolute path or folder>), or call only what {library} has."
                 )
             }
             GpuError::VersionSkew {
@@ -178,9 +178,10 @@ impl fmt::Display for GpuError {
                 write!(
                     f,
                     ", older than the nccl.h {headers} this crate was built against; calls added after {library} \
-                     would fail. Load libnccl {headers} or newer (METRALE_NCCL_LIBRARY=<file or folder>; with feature \
-                     `link`, LD_LIBRARY_PATH), rebuild against the {library} headers (NCCL_HOME=<its root>), or \
-                     accept it with METRALE_NCCL_ALLOW_OLDER=1 (the calls it lacks then fail, naming the function)."
+                     would fail. Load libnccl {headers} or newer (METRALE_NCCL_LIBRARY=<its absolute path or \
+                     folder>, or in LD_PRELOAD where one is preloaded; with feature `link`, LD_LIBRARY_PATH), \
+                     rebuild against the {library} headers (NCCL_HOME=<its root>), or accept it with \
+                     METRALE_NCCL_ALLOW_OLDER=1 (the calls it lacks then fail, naming the function)."
                 )
             }
         }

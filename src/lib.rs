@@ -8,9 +8,8 @@
 //!   [`nccl_mem_alloc`], [`nccl_mem_free`]).
 //! - [`cuda`]: the driver, loaded at run time (machines without a GPU have no `libcuda.so.1`).
 //! - [`stream`]: the stream and event helpers, and the contract every handle passed to them follows.
-//! - [`loader`]: libnccl, loaded at run time by default (feature `link` links it instead): where it is
-//!   searched, and what a call that cannot reach it returns (see the README's "How the library is found
-//!   at run time").
+//! - [`loader`]: libnccl, loaded at run time by default (feature `link` links it instead): the process's
+//!   one libnccl, where it is searched, and what a call that cannot reach it returns (docs/loading.md).
 //! - [`version`]: the headers' NCCL version against the loaded library's, the library's file and search.
 //!
 //! Waits with a deadline that give up on the communicators (abort, or revoke with NCCL 2.29+) instead of
