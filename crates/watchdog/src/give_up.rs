@@ -5,6 +5,8 @@
 
 use std::time::{Duration, Instant};
 
+use metrale_gpu_sys::cuda::{self, check_cuda, CUcontext};
+
 use crate::bounded;
 use crate::GiveUpError;
 
@@ -107,6 +109,7 @@ pub(crate) fn make(
     bound: GiveUpBound,
 ) -> (Vec<Outcome>, Option<GiveUpError>) {
     let start = Instant::now();
+    let context = Context::current();
     let mut stuck: Option<GiveUpError> = None;
     let outcomes = calls
         .into_iter()
@@ -116,6 +119,10 @@ pub(crate) fn make(
                 None => Outcome::Returned(call()),
                 Some(limit) => {
                     let left = limit.saturating_sub(start.elapsed());
+                    let call = move || {
+                        context.make_current();
+                        call()
+                    };
                     match bounded::call(what, left, &|| None, call, move |_| late()) {
                         Ok(result) => Outcome::Returned(result),
                         Err(_) => {
@@ -143,4 +150,35 @@ pub(crate) fn make(
         std::process::abort();
     }
     (outcomes, stuck)
+}
+
+/// The waiting thread's CUDA context, made current on each call's thread, so that NCCL's call runs there
+/// as it would have on the waiting thread. None where there is no driver or no current context.
+#[derive(Clone, Copy)]
+struct Context(Option<CUcontext>);
+
+// SAFETY: a CUDA context may be made current on any thread; it is only ever made current, never
+// destroyed, and the application keeps it alive while its communicators live.
+unsafe impl Send for Context {}
+
+impl Context {
+    fn current() -> Context {
+        let Ok(api) = cuda::driver("the watchdog's give-up") else {
+            return Context(None);
+        };
+        let mut ctx: CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one handle through a valid pointer.
+        let got = check_cuda(unsafe { api.cuCtxGetCurrent(&mut ctx) }, "cuCtxGetCurrent");
+        Context((got.is_ok() && !ctx.is_null()).then_some(ctx))
+    }
+
+    /// Makes the context current on this thread; a failure is NCCL's to meet (the call then runs
+    /// without it, as on a thread of the application's that never set one).
+    fn make_current(self) {
+        let (Some(ctx), Ok(api)) = (self.0, cuda::driver("the watchdog's give-up")) else {
+            return;
+        };
+        // SAFETY: a context that was current on the waiting thread, alive while its communicators are.
+        let _ = check_cuda(unsafe { api.cuCtxSetCurrent(ctx) }, "cuCtxSetCurrent");
+    }
 }
