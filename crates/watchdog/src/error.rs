@@ -112,6 +112,9 @@ impl std::error::Error for GiveUpError {
 /// (left alone) and gave up on the others (`others` says how). Remote errors are `Failed` with
 /// `ncclRemoteError`: see [`WaitError::is_remote`].
 ///
+/// Where giving up did not end within its bound, `give_up_error` is [`GiveUpError::Stuck`]
+/// ([`WaitError::is_stuck`]): the communicators it names are stuck inside NCCL, and the process should end.
+///
 /// `Display` gives the whole story in one message; [`source`](std::error::Error::source) hands programs
 /// the error underneath (NCCL's or CUDA's, or what giving up met), whose text that message includes.
 #[derive(Debug, Clone, PartialEq, Eq)]

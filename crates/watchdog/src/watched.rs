@@ -31,8 +31,9 @@ pub enum Poll {
 pub trait Watched {
     /// Polls the awaited work once.
     fn poll(&mut self) -> Poll;
-    /// Aborts the communicator (`ncclCommAbort`). Never called after `poll` returned `Refused` or
-    /// `Abandoned` in the same wait; after it, the handle must never be touched again: later polls should
+    /// Aborts the communicator (`ncclCommAbort`) here, on the calling thread: the give-up of the default
+    /// [`hand_over`](Self::hand_over). Never called after `poll` returned `Refused` or `Abandoned` in the
+    /// same wait; after it, the handle must never be touched again: later polls should
     /// answer `Abandoned` and later aborts do nothing ([`CommWork`](crate::CommWork) does both).
     fn abort(&mut self) -> Result<(), GpuError>;
     /// Revokes the communicator (`ncclCommRevoke`, NCCL 2.29+ headers). Never called after `poll`
