@@ -752,11 +752,12 @@ fn a_default_dependent_starts_anywhere_and_finds_the_library_at_run_time() {
     );
     for expected in [
         "ncclCommGrow: ncclCommGrow needs libnccl, which is unavailable: no libnccl.so.2 could be loaded",
-        "1. METRALE_NCCL_LIBRARY: not set",
-        &format!("2. the folder found at build time ({}): no libnccl.so.2 there any more", nccl.join("lib").display()),
+        "1. the process's global scope (LD_PRELOAD, or a library linked into the program): no libnccl",
+        "2. METRALE_NCCL_LIBRARY: not set",
         "3. the system's dynamic loader (LD_LIBRARY_PATH, the executable's RUNPATH, the ld cache): ",
         "4. VIRTUAL_ENV: not set",
         "5. CONDA_PREFIX: not set",
+        &format!("6. the folder found at build time ({}): no libnccl.so.2 there any more", nccl.join("lib").display()),
         "no libnccl: library_version needs libnccl",
     ] {
         assert!(all.contains(expected), "expected {expected:?} in:\n{all}");
