@@ -1,4 +1,4 @@
-//! The elastic example (`examples/elastic/`) against NCCL itself: ranks all-reduce in a loop; some are
+//! The elastic example (`examples/elastic.rs`, on metrale-gpu-elastic) against NCCL itself: ranks all-reduce in a loop; some are
 //! SIGKILLed; the survivors recover (revoke, agree, shrink or re-init) and replacements started with
 //! `--join` grow the communicator back to full size, every all-reduce checked against the host's sum
 //! (by the example: before, after the recovery and after the grow). Ranks are placed by the testkit's
@@ -25,7 +25,7 @@
 //!   example's clear error (rank 0 is gone) within twice the deadline;
 //! - `strays`: 4x1 with a job token (`METRALE_JOB_TOKEN`) and a stream of stray connections to rank 0's
 //!   port from its first line to the end (every 250 ms: garbage, an HTTP request, a connect-and-close,
-//!   silence, an 8 MiB line, hellos and JOINs with the wrong token or none; `examples/gate/strays.rs`),
+//!   silence, an 8 MiB line, hellos and JOINs with the wrong token or none; the testkit's `strays`),
 //!   through the steady loop, the recovery and the grow: the run ends as 4x1 does, rank 0 says it
 //!   refused them, and no stray is answered a byte.
 //!
@@ -56,11 +56,9 @@ use metrale_gpu_testkit::placement::{Mode, Plan};
 use metrale_gpu_testkit::skip::skip;
 use metrale_gpu_testkit::stacks;
 
-/// The stray connections the examples' own CPU tests send.
-#[path = "../../examples/elastic/lines.rs"]
-mod lines;
-#[path = "../../examples/gate/strays.rs"]
-mod strays;
+/// The reader of the example's lines, and the stray connections the libraries' own CPU tests send.
+use metrale_gpu_elastic::lines;
+use metrale_gpu_testkit::strays;
 
 /// The example's `--deadline`: how long a collective may hang before the survivors give up on it.
 const DEADLINE_VAR: &str = "METRALE_ELASTIC_DEADLINE";
@@ -668,7 +666,7 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
     measure(&rank0, killed_at, size).map(|t| Some(Times { killed, ..t }))
 }
 
-/// The example's job token variable (`examples/gate/token.rs`).
+/// The job token's variable (metrale-gpu-launch's `token`).
 const TOKEN_VAR: &str = "METRALE_JOB_TOKEN";
 /// How often the stream sends a round of strays.
 const STRAY_ROUND: Duration = Duration::from_millis(250);

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::coordinator::Coordinator;
-use crate::gate::token::JobToken;
-use crate::gate::{peak, strays};
+use metrale_gpu_launch::token::JobToken;
+use metrale_gpu_testkit::{peak, strays};
 
 const T: Duration = Duration::from_secs(20);
 

@@ -3,10 +3,11 @@
 //! every interface (as torchrun does: `MASTER_ADDR` may resolve to a loopback address on rank 0's own
 //! host); each other rank connects to `MASTER_ADDR:MASTER_PORT`, says who it is, and reads the id.
 //!
-//! Wire format: the client sends one line, `MGS2 <rank> token=<hex>` (the job token: `../gate/token.rs`);
+//! Wire format: the client sends one line, `MGS2 <rank> token=<hex>` (the job token: [`crate::token`]);
 //! rank 0 answers `MGS2` and the id's bytes. Whatever else reaches the port is a stray connection
-//! (`../gate/mod.rs`): refused with a warning, never the end of the job; rank 0's deadline still bounds
-//! the whole wait, and its timeout error lists what it refused.
+//! ([`crate::door`]): refused with a warning, never the end of the job; rank 0's deadline still bounds
+//! the whole wait, and its timeout error lists what it refused. The id is any fixed number of bytes
+//! (`ncclUniqueId`'s 128, `NCCL_UNIQUE_ID_BYTES`): this crate knows nothing of NCCL.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -14,26 +15,17 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use metrale_gpu_testkit::launcher;
-
-use crate::gate::backoff::{self, Backoff};
-use crate::gate::door::Door;
-use crate::gate::line::Lines;
-use crate::gate::token::JobToken;
-use crate::gate::HELLO_BOUND;
+use crate::backoff::{self, Backoff};
+use crate::door::{self, Door, HELLO_BOUND};
+use crate::line::Lines;
+use crate::placement;
+use crate::token::JobToken;
 
 const MAGIC: &str = "MGS2";
-/// The id's size, `NCCL_UNIQUE_ID_BYTES`.
-pub const ID_BYTES: usize = metrale_gpu_sys::nccl::ncclUniqueId::BYTES;
 
 /// Rank 0: serves `id` to `world_size - 1` ranks on the port of `addr` (`host:port`), on every interface,
 /// within `timeout`, to hellos carrying this job's token (`JobToken::of_this_job`).
-pub fn serve(
-    addr: &str,
-    world_size: u32,
-    id: &[u8; ID_BYTES],
-    timeout: Duration,
-) -> Result<(), String> {
+pub fn serve(addr: &str, world_size: u32, id: &[u8], timeout: Duration) -> Result<(), String> {
     let port = addr
         .rsplit_once(':')
         .and_then(|(_, p)| p.parse::<u16>().ok())
@@ -53,18 +45,14 @@ type Hello = (TcpStream, SocketAddr, Result<u32, String>);
 pub fn serve_on(
     listener: TcpListener,
     world_size: u32,
-    id: &[u8; ID_BYTES],
+    id: &[u8],
     token: JobToken,
     timeout: Duration,
 ) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let door = Door::new(
-        "rank 0",
-        token,
-        crate::gate::pending_cap(world_size as usize),
-    );
+    let door = Door::new("rank 0", token, door::pending_cap(world_size as usize));
     let (hellos, heard) = mpsc::channel::<Hello>();
     let mut served = Vec::new();
     // Accepting can fail for a while (out of descriptors, a connection aborted in the queue): the next
@@ -146,19 +134,19 @@ fn parse_hello(payload: &str) -> Result<u32, String> {
 
 /// Any other rank: fetches the id from rank 0 at `addr`, retrying the connection until `timeout` (rank 0
 /// may start later), with this job's token (`JobToken::of_this_job`).
-pub fn fetch(addr: &str, rank: u32, timeout: Duration) -> Result<[u8; ID_BYTES], String> {
+pub fn fetch<const N: usize>(addr: &str, rank: u32, timeout: Duration) -> Result<[u8; N], String> {
     let token = JobToken::of_this_job(&format!("rank {rank}"))?;
     fetch_as(addr, rank, &token, timeout)
 }
 
 /// [`fetch`] with `token`. A connection rank 0 closes without a word (it refused it: too many waiting,
-/// or the hello was wrong) is tried again until `timeout` (`../gate/backoff.rs`).
-pub fn fetch_as(
+/// or the hello was wrong) is tried again until `timeout` ([`crate::backoff`]).
+pub fn fetch_as<const N: usize>(
     addr: &str,
     rank: u32,
     token: &JobToken,
     timeout: Duration,
-) -> Result<[u8; ID_BYTES], String> {
+) -> Result<[u8; N], String> {
     let deadline = Instant::now() + timeout;
     let mut backoff = Backoff::until(deadline);
     let mut connect_within = timeout;
@@ -181,16 +169,16 @@ enum Fetch {
     Failed(String),
 }
 
-fn fetch_once(
+fn fetch_once<const N: usize>(
     addr: &str,
     rank: u32,
     token: &JobToken,
     deadline: Instant,
     connect_within: Duration,
-) -> Result<[u8; ID_BYTES], Fetch> {
+) -> Result<[u8; N], Fetch> {
     let failed = Fetch::Failed;
-    let mut stream =
-        launcher::connect(addr, connect_within).map_err(|e| failed(format!("rank {rank}: {e}")))?;
+    let mut stream = placement::connect(addr, connect_within)
+        .map_err(|e| failed(format!("rank {rank}: {e}")))?;
     stream
         .set_read_timeout(Some(remaining(deadline).map_err(failed)?))
         .map_err(|e| failed(e.to_string()))?;
@@ -198,7 +186,7 @@ fn fetch_once(
     stream
         .write_all(format!("{hello}\n").as_bytes())
         .map_err(|e| failed(format!("rank {rank}: sending to {addr}: {e}")))?;
-    let mut reply = [0u8; 4 + ID_BYTES];
+    let mut reply = vec![0u8; MAGIC.len() + N];
     let what = format!("the unique id from rank 0 at {addr}");
     match read_all(&mut stream, &mut reply, &what) {
         Err((true, why)) => return Err(Fetch::Closed(why)),
@@ -211,8 +199,8 @@ fn fetch_once(
             &reply[..4]
         )));
     }
-    let mut id = [0u8; ID_BYTES];
-    id.copy_from_slice(&reply[4..]);
+    let mut id = [0u8; N];
+    id.copy_from_slice(&reply[MAGIC.len()..]);
     Ok(id)
 }
 
@@ -259,10 +247,12 @@ mod tests {
     //! hello, a flood, silence) are refused without harm and named when the rendezvous times out; a
     //! short reply or nobody there gives a clear error within its bound.
     use super::*;
-    use crate::gate::{peak, strays};
+    use metrale_gpu_testkit::{peak, strays};
     use std::io::BufRead;
 
     const T: Duration = Duration::from_secs(20);
+    /// `ncclUniqueId`'s size.
+    const ID_BYTES: usize = 128;
 
     fn listener() -> (TcpListener, String) {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
@@ -417,7 +407,7 @@ mod tests {
     fn a_reply_cut_short_names_the_missing_bytes() {
         let (l, addr) = listener();
         let fake = fake_rank0(l, vec![Some(b"MGS2 only forty bytes of the id here....")]);
-        let err = fetch_as(&addr, 1, &JobToken::none(), T).expect_err("short reply");
+        let err = fetch_as::<ID_BYTES>(&addr, 1, &JobToken::none(), T).expect_err("short reply");
         fake.join().expect("fake rank 0");
         assert!(
             err.contains("the peer closed the connection after 40 of 132 bytes"),
@@ -435,7 +425,7 @@ mod tests {
 
         let (l, addr) = listener();
         let fake = fake_rank0(l, vec![None; 2]);
-        let err = fetch_as(&addr, 1, &JobToken::none(), Duration::from_millis(250))
+        let err = fetch_as::<ID_BYTES>(&addr, 1, &JobToken::none(), Duration::from_millis(250))
             .expect_err("refused each time");
         drop(fake);
         assert!(
@@ -451,7 +441,7 @@ mod tests {
         let (l, addr) = listener();
         drop(l); // nothing listens on that port now
         let start = std::time::Instant::now();
-        let err = fetch(&addr, 1, Duration::from_millis(500)).expect_err("no rank 0");
+        let err = fetch::<ID_BYTES>(&addr, 1, Duration::from_millis(500)).expect_err("no rank 0");
         assert!(
             start.elapsed() < Duration::from_secs(5),
             "took {:?}",

@@ -1,11 +1,12 @@
 //! Who is alive: the rendezvous that hands out the unique ids, tells the survivors who died and makes
-//! them agree on what comes next. Rank 0 coordinates (`coordinator.rs`); every other process keeps one
-//! connection to it (`client.rs`); the messages are in `protocol.rs`.
+//! them agree on what comes next ([`Membership`]). In the embedded backend rank 0 coordinates
+//! ([`Coordinator`]); every other process keeps one connection to it ([`Client`]); the messages are in
+//! `protocol.rs`.
 //!
 //! The kernel closes the sockets of a process that dies, even by SIGKILL, so rank 0 reads the end of a
 //! dead member's connection within milliseconds: that holds on every transport NCCL uses (over NVLink
 //! NCCL itself never notices a dead peer). Rank 0's own death closes every member's connection: each
-//! ends with a clear error (`client::COORDINATOR_GONE`) within the time its revoke takes; this example
+//! ends with a clear error (`COORDINATOR_GONE`) within the time its revoke takes; this example
 //! elects no new coordinator.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -64,79 +65,123 @@ pub enum Order {
     NoGrowId { gen: u64, why: String },
 }
 
-/// Either side, for the rank's life.
-pub enum Membership {
-    Coordinator(Coordinator),
-    Member(Client),
-}
-
-impl Membership {
-    /// Why the communicator of generation `gen` must be given up on, once the rendezvous says so.
-    pub fn lost(&self, gen: u64) -> Option<String> {
-        match self {
-            Membership::Coordinator(c) => c.lost(gen),
-            Membership::Member(m) => m.lost(gen),
-        }
-    }
+/// Who is alive and what comes next, as one rank sees it: the seam between a rank's life
+/// ([`crate::run_with`]) and where the membership is kept. The embedded backend keeps it in rank 0
+/// (the [`Coordinator`] on rank 0, a [`Client`] on every other rank); another backend (an external
+/// store) implements the same calls. Every call is bounded by its argument or by [`Bounds`].
+pub trait Membership {
+    /// Why the communicator of generation `gen` must be given up on, once the membership says so.
+    fn lost(&self, gen: u64) -> Option<String>;
 
     /// This rank gave up on generation `gen` at round `step` and holds it as `held`: the plan every
     /// survivor follows (rank 0 makes it within `bounds.report`, with `new_id` for a new communicator
     /// and its own `step` for all; the others wait for it up to `bounds.plan`).
-    pub fn recover(
+    fn recover(
         &self,
-        (gen, held): (u64, Held),
+        lost: (u64, Held),
+        step: usize,
+        bounds: &Bounds,
+        new_id: NewId,
+    ) -> Result<Plan, String>;
+
+    /// At the boundary before round `after` on generation `gen`: rank 0 grows the world with the
+    /// replacements waiting, if any (within `bounds.ready` and the id's own bound); a member has
+    /// nothing to offer (`None`).
+    fn offer_grow(
+        &self,
+        gen: u64,
+        after: usize,
+        bounds: &Bounds,
+        grow_id: NewId,
+    ) -> Result<Option<Order>, String>;
+
+    /// The grow announced for after round `step` of generation `gen`: its generation and size.
+    fn grow_after(&self, gen: u64, step: usize) -> Option<(u64, usize)>;
+
+    /// How many replacements the world could take (rank 0); a member does not know (0).
+    fn missing(&self) -> usize;
+
+    /// The rank is done: a member says so, rank 0 waits (up to `timeout`) for the others to.
+    fn finish(&self, timeout: Duration) -> Result<(), String>;
+}
+
+impl Membership for Coordinator {
+    fn lost(&self, gen: u64) -> Option<String> {
+        Coordinator::lost(self, gen)
+    }
+
+    fn recover(
+        &self,
+        lost: (u64, Held),
         step: usize,
         bounds: &Bounds,
         new_id: NewId,
     ) -> Result<Plan, String> {
-        match self {
-            Membership::Coordinator(c) => c.recover((gen, held), step, bounds.report, new_id),
-            Membership::Member(m) => m.recover(gen, held, bounds.plan),
-        }
+        Coordinator::recover(self, lost, step, bounds.report, new_id)
     }
 
-    /// At the boundary before round `after` on generation `gen`: rank 0 grows the world with the
-    /// replacements waiting, if any (`Coordinator::offer_grow`, within `bounds.ready` and the id's
-    /// own bound); a member has nothing to offer.
-    pub fn offer_grow(
+    fn offer_grow(
         &self,
         gen: u64,
         after: usize,
         bounds: &Bounds,
         grow_id: NewId,
     ) -> Result<Option<Order>, String> {
-        match self {
-            Membership::Coordinator(c) => c.offer_grow(gen, after, bounds.ready, grow_id),
-            Membership::Member(_) => Ok(None),
-        }
+        Coordinator::offer_grow(self, gen, after, bounds.ready, grow_id)
     }
 
-    /// The grow announced for after round `step` of generation `gen`: its generation and size.
-    pub fn grow_after(&self, gen: u64, step: usize) -> Option<(u64, usize)> {
-        match self {
-            Membership::Coordinator(c) => c.grow_after(gen, step),
-            Membership::Member(m) => m.grow_after(gen, step),
-        }
+    fn grow_after(&self, gen: u64, step: usize) -> Option<(u64, usize)> {
+        Coordinator::grow_after(self, gen, step)
     }
 
-    /// How many replacements the world could take (rank 0); a member does not know (0).
-    pub fn missing(&self) -> usize {
-        match self {
-            Membership::Coordinator(c) => c.missing(),
-            Membership::Member(_) => 0,
-        }
+    fn missing(&self) -> usize {
+        Coordinator::missing(self)
     }
 
-    /// The rank is done: a member says so, rank 0 waits (up to `timeout`) for the others to.
-    pub fn finish(&self, timeout: Duration) -> Result<(), String> {
-        match self {
-            Membership::Coordinator(c) => c.finish(timeout),
-            Membership::Member(m) => m.finish(),
-        }
+    fn finish(&self, timeout: Duration) -> Result<(), String> {
+        Coordinator::finish(self, timeout)
     }
 }
 
-/// How long each step of a recovery may take, from the example's `--deadline` D. A member gives up on a
+impl Membership for Client {
+    fn lost(&self, gen: u64) -> Option<String> {
+        Client::lost(self, gen)
+    }
+
+    fn recover(
+        &self,
+        (gen, held): (u64, Held),
+        _step: usize,
+        bounds: &Bounds,
+        _new_id: NewId,
+    ) -> Result<Plan, String> {
+        Client::recover(self, gen, held, bounds.plan)
+    }
+
+    fn offer_grow(
+        &self,
+        _gen: u64,
+        _after: usize,
+        _bounds: &Bounds,
+        _grow_id: NewId,
+    ) -> Result<Option<Order>, String> {
+        Ok(None)
+    }
+
+    fn grow_after(&self, gen: u64, step: usize) -> Option<(u64, usize)> {
+        Client::grow_after(self, gen, step)
+    }
+
+    fn missing(&self) -> usize {
+        0
+    }
+
+    fn finish(&self, _timeout: Duration) -> Result<(), String> {
+        Client::finish(self)
+    }
+}
+
+/// How long each step of a recovery may take, from the deadline D ([`crate::Config::deadline`]). A member gives up on a
 /// lost collective within D of the rendezvous's news (its revoke's quiescence wait), so rank 0 waits
 /// `report` = 2D + 1 s for reports before it treats the silent as dead; a member waits for the plan
 /// `plan` = 4D + 2 s (rank 0's own give-up, up to 2D, then its report wait); making the next
@@ -151,7 +196,9 @@ pub struct Bounds {
 }
 
 impl Bounds {
+    /// The bounds for deadline D (at most [`crate::config::MAX_DEADLINE`], so that none overflows).
     pub fn new(deadline: Duration) -> Bounds {
+        let deadline = deadline.min(crate::config::MAX_DEADLINE);
         let second = Duration::from_secs(1);
         Bounds {
             report: 2 * deadline + second,

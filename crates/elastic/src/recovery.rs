@@ -1,4 +1,4 @@
-//! A rank's life: all-reduces round after round, each checked, until the last (`--iters`). When a
+//! A rank's life: rounds of work, each checked, until the last (`--iters`). When a
 //! generation is lost: the agreement on one plan (shrink, or init from a new id), the new communicator,
 //! and training goes on at the size it has, from the round the plan says; it never waits for
 //! replacements. Rank 0 grows the world at a round boundary whenever replacements wait (all of them
@@ -9,21 +9,20 @@
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
-use crate::comm::{self, Lost, Outcome};
+use crate::config::{Config, First};
 use crate::coordinator::Coordinator;
-use crate::fabric::{Fabric, Place};
+use crate::fabric::{self, Fabric, Lost, Outcome, Place};
 use crate::membership::{Bounds, Membership, Order};
 use crate::protocol::{rank_list, Held, How};
-use crate::{Args, First};
 
 /// How long the rendezvous, the first init and a replacement's arrival may take.
 const STARTUP: Duration = Duration::from_secs(120);
-/// After this many all-reduces a rank says it is in its steady loop (a supervisor may kill it then).
+/// After this many rounds a rank says it is in its steady loop (a supervisor may kill it then).
 const STEADY_MARK: usize = 100;
 /// Rank 0 says how far training has come every this many rounds, so that a watcher tells a slow job
 /// (one process per rank time-sharing one GPU) from a stuck one without knowing how long a round takes.
 const PROGRESS_EVERY: usize = 100;
-/// All-reduces on each recovered communicator before it says so (and rank 0 grows it), and on a grown
+/// Rounds on each recovered communicator before it says so (and rank 0 grows it), and on a grown
 /// one before it says so.
 const CHECKS: usize = 3;
 const AFTER_GROW: usize = 20;
@@ -84,7 +83,7 @@ impl<C: Copy> Step<C> {
             detail,
             held: Held::Aborted,
             waited: took,
-            at_unix_us: comm::unix_us(),
+            at_unix_us: fabric::unix_us(),
             revoked: Duration::ZERO,
         };
         Step::Lost {
@@ -97,8 +96,17 @@ impl<C: Copy> Step<C> {
     }
 }
 
+/// A rank's life on `fabric`: a rank of the first world ([`Config::first`]) or a replacement. What
+/// [`crate::run`] does on NCCL; the CPU tests run it on fake ranks.
+pub fn run_with<F: Fabric>(config: &Config, fabric: &mut F) -> Result<(), String> {
+    match config.first {
+        Some(first) => run_member(config, first, fabric),
+        None => run_replacement(config, fabric),
+    }
+}
+
 /// A rank of the first world: rendezvous, init, training, and recovery as it comes.
-pub fn run_member<F: Fabric>(args: &Args, first: First, fabric: &mut F) -> Result<(), String> {
+fn run_member<F: Fabric>(args: &Config, first: First, fabric: &mut F) -> Result<(), String> {
     let First { rank, world_size } = first;
     let (who, id) = if rank == 0 {
         let id = fabric.new_id()?;
@@ -108,17 +116,17 @@ pub fn run_member<F: Fabric>(args: &Args, first: First, fabric: &mut F) -> Resul
             coordinator.port()
         ))?;
         coordinator.wait_members(STARTUP)?;
-        (Membership::Coordinator(coordinator), id)
+        (Box::new(coordinator) as Box<dyn Membership>, id)
     } else {
         let (client, id) = Client::hello(&args.master, rank, STARTUP)?;
-        (Membership::Member(client), id)
+        (Box::new(client) as Box<dyn Membership>, id)
     };
     let at = Place {
         gen: 0,
         rank,
         size: world_size,
     };
-    let comm = fabric.init(at, &id, STARTUP, &who)?;
+    let comm = fabric.init(at, &id, STARTUP, who.as_ref())?;
     let line =
         format!("ELASTIC phase=steady rank={rank} size={world_size} iterations={STEADY_MARK}");
     let step = Step::Made {
@@ -128,13 +136,12 @@ pub fn run_member<F: Fabric>(args: &Args, first: First, fabric: &mut F) -> Resul
         checks: STEADY_MARK,
         line,
     };
-    live(args, fabric, &who, step)
+    live(args, fabric, who.as_ref(), step)
 }
 
 /// A replacement: joins through the rendezvous and the grow, then lives as the others do.
-pub fn run_replacement<F: Fabric>(args: &Args, fabric: &mut F) -> Result<(), String> {
-    let (client, joined) = Client::join(&args.master, STARTUP)?;
-    let who = Membership::Member(client);
+fn run_replacement<F: Fabric>(args: &Config, fabric: &mut F) -> Result<(), String> {
+    let (who, joined) = Client::join(&args.master, STARTUP)?;
     let at = Place {
         gen: joined.gen,
         rank: joined.rank,
@@ -154,9 +161,9 @@ pub fn run_replacement<F: Fabric>(args: &Args, fabric: &mut F) -> Result<(), Str
 
 /// From `step` on: train, recover, grow, until the last round or a failure the rank cannot recover from.
 fn live<F: Fabric>(
-    args: &Args,
+    args: &Config,
     fabric: &mut F,
-    who: &Membership,
+    who: &dyn Membership,
     mut step: Step<F::Comm>,
 ) -> Result<(), String> {
     let bounds = Bounds::new(args.deadline);
@@ -215,7 +222,7 @@ fn live<F: Fabric>(
 /// no plan: no coordinator, this rank was left out, or the job ended below the minimum.
 fn recover<F: Fabric>(
     fabric: &mut F,
-    who: &Membership,
+    who: &dyn Membership,
     bounds: &Bounds,
     (gen, rank, step): (u64, usize, usize),
     parent: Option<F::Comm>,
@@ -292,9 +299,9 @@ fn recover<F: Fabric>(
 /// `checks` of them (or the last); from then on rank 0 offers a grow at each boundary, and every rank
 /// grows after the round the grow follows. A loss ends the training on `now`: the next step.
 fn train<F: Fabric>(
-    args: &Args,
+    args: &Config,
     fabric: &mut F,
-    who: &Membership,
+    who: &dyn Membership,
     bounds: &Bounds,
     now: Current<F::Comm>,
     from: usize,
@@ -331,9 +338,7 @@ fn train<F: Fabric>(
                 }
             }
         }
-        // The step's computation, before its gradients are all-reduced.
-        std::thread::sleep(args.step_time);
-        match fabric.all_reduce(now.comm, at, round, who, args.deadline)? {
+        match fabric.round(now.comm, at, round, who, args.deadline)? {
             Outcome::Done => {}
             Outcome::Lost(lost) => return Ok(Step::lost(&now, round, lost)),
         }
@@ -383,9 +388,9 @@ fn train<F: Fabric>(
 
 /// The grow to `at` (from `parent`, or a replacement's from `id`), trained on from round `step`.
 fn grown<F: Fabric>(
-    args: &Args,
+    args: &Config,
     fabric: &mut F,
-    who: &Membership,
+    who: &dyn Membership,
     parent: Option<F::Comm>,
     at: Place,
     id: Option<&str>,

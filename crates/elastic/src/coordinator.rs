@@ -23,9 +23,10 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::gate::door::{Door, Ticket};
-use crate::gate::line::Lines;
-use crate::gate::token::JobToken;
+use metrale_gpu_launch::door::{self, Door, Ticket};
+use metrale_gpu_launch::line::Lines;
+use metrale_gpu_launch::token::JobToken;
+
 use crate::membership::{lock, shared, wait_until, NewId, Order, Shared};
 use crate::protocol::{rank_list, Held, How, Message, Plan, LINE_CAP};
 
@@ -186,7 +187,7 @@ impl Roster {
 pub struct Coordinator {
     roster: Shared<Roster>,
     port: u16,
-    /// Who may connect (`../gate`), and whom it refused.
+    /// Who may connect, and whom it refused.
     door: Arc<Door>,
 }
 
@@ -227,7 +228,7 @@ impl Coordinator {
             grow: None,
             id: id.to_string(),
         });
-        let door = Door::new("rank 0", token, crate::gate::pending_cap(world));
+        let door = Door::new("rank 0", token, door::pending_cap(world));
         let (accepted, admits) = (Arc::clone(&roster), Arc::clone(&door));
         std::thread::spawn(move || accept_loop(listener, accepted, admits));
         Ok(Coordinator { roster, port, door })
@@ -549,7 +550,7 @@ fn serve(
     let peer = conn.peer_addr().map_err(|e| e.to_string())?;
     let mut lines = Lines::new(conn.try_clone().map_err(|e| e.to_string())?);
     let hello = door
-        .hello(&mut lines, Instant::now() + crate::gate::HELLO_BOUND)
+        .hello(&mut lines, Instant::now() + door::HELLO_BOUND)
         .and_then(|payload| Message::parse(&payload));
     if let Err(why) = admit(conn, key, hello, roster) {
         door.refuse(peer, &why);

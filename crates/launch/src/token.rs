@@ -13,10 +13,9 @@
 //! process started by another step (an elastic replacement's own `srun`) then needs the explicit variable.
 //! A rank that finds none runs without a token (and says so): its rendezvous then admits any well-formed
 //! hello. The token is the source's name and its value (`slurm:4242.0`), so that two sources never give
-//! the same token by accident; it crosses the wire as hex, so any string fits on the hello's line. See
-//! the module above for what it protects against and what not.
+//! the same token by accident; it crosses the wire as hex, so any string fits on the hello's line.
 
-use metrale_gpu_testkit::hex;
+use crate::hex;
 
 /// The variable that sets the token explicitly.
 pub const TOKEN_VAR: &str = "METRALE_JOB_TOKEN";

@@ -16,9 +16,9 @@ const FLOOD_BOUND_KIB: u64 = 6 << 10;
 /// aarch64 row): the flood still runs, and the bound is a visible partial skip,
 /// `SKIP <test> (peak RSS): why`.
 pub fn assert_within_flood_bound(pass: impl Fn(bool)) {
-    if let Some(runner) = metrale_gpu_testkit::child::runner() {
+    if let Some(runner) = crate::child::runner() {
         pass(true);
-        metrale_gpu_testkit::skip::skip_check(
+        crate::skip::skip_check(
             "peak RSS",
             format!(
                 "this binary runs under `{runner}`, whose own memory the peak RSS would measure"

@@ -1,14 +1,41 @@
-//! Admission: how many connections may wait for their hello, the hello read within its bounds and
-//! checked against the job token, and the record of whom the rendezvous refused and why.
+//! Rank 0's door, in front of every rendezvous this crate and metrale-gpu-elastic serve. Whatever
+//! reaches rank 0's port is a stranger until its hello is read and checked:
+//!
+//! - each connection's hello is one line of at most [`HELLO_CAP`] bytes, read within [`HELLO_BOUND`]
+//!   (and within the rendezvous's own deadline): a longer line, a silent or slow peer, a peer that closes
+//!   first, a hello that does not parse, a rank that is taken or out of range, or the wrong job token
+//!   ([`crate::token`]) is a stray connection: closed, with one warning line naming the peer, and noted
+//!   for the rendezvous's final error ([`Door::refusals`]), never the end of the job;
+//! - at most [`pending_cap`] connections wait for their hello at once; over it the newest is refused
+//!   (closed unread: a real rank refused so tries again within its own deadline, [`crate::backoff`]);
+//! - every later line is read with [`Lines`] too, bounded by the protocol's own cap.
+//!
+//! What this protects against: port scanners, health checks and load-balancer probes, a leftover rank
+//! of an earlier job on the same port (its token differs), a peer that sends garbage, floods a line or
+//! holds connections open. See [`crate::token`] for what the token protects and what it does not.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use super::line::Lines;
-use super::token::JobToken;
-use super::{HELLO_BOUND, HELLO_CAP};
+use std::time::Duration;
+
+use crate::line::Lines;
+use crate::token::JobToken;
+
+/// How long a new connection may take to say its hello: a few seconds, far above a real rank's
+/// (which writes it as soon as it connects), far below a rendezvous's deadline.
+pub const HELLO_BOUND: Duration = Duration::from_secs(5);
+/// The longest hello line: a rank, a job token of at most [`crate::token::TOKEN_MAX`] bytes in hex,
+/// and room.
+pub const HELLO_CAP: usize = 1024;
+/// How many connections may wait for their hello at once in a world of `world` ranks: every rank at the
+/// same moment (they start together) and as many strays besides. Each holds a thread and at most a
+/// [`HELLO_CAP`] line, for at most [`HELLO_BOUND`].
+pub fn pending_cap(world: usize) -> usize {
+    world + 64
+}
 
 /// How many refusals the final error names; the rest are counted.
 const NAMED: usize = 8;

@@ -6,17 +6,16 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use metrale_gpu_testkit::launcher;
-
-use crate::gate::backoff::{self, Backoff};
-use crate::gate::line::Lines;
-use crate::gate::token::JobToken;
 use crate::membership::{lock, shared, wait_until, Shared};
 use crate::protocol::{Held, Message, Plan, LINE_CAP};
+use metrale_gpu_launch::backoff::{self, Backoff};
+use metrale_gpu_launch::line::Lines;
+use metrale_gpu_launch::placement;
+use metrale_gpu_launch::token::JobToken;
 
 /// Where a process stands that has no coordinator, and what a production system does instead.
-pub const COORDINATOR_GONE: &str = "rank 0 (the coordinator) is gone: its connection closed. In this example \
-     membership lives in rank 0, so its death ends the job; a production system keeps it outside the ranks \
+pub const COORDINATOR_GONE: &str = "rank 0 (the coordinator) is gone: its connection closed. With the embedded \
+     membership it lives in rank 0, so its death ends the job; a production system keeps it outside the ranks \
      (an external store such as etcd, or torchrun's rendezvous backend) and elects a new coordinator";
 
 /// What the coordinator told this member so far.
@@ -71,7 +70,7 @@ impl Client {
     /// Connects to the coordinator (retrying until `timeout`: it may start later), says `hello` with
     /// `token`, and returns the connection, its lines and the first reply. A connection rank 0 closes
     /// without a word (it refused it: too many waiting, or the hello was wrong) is tried again until
-    /// `timeout` (`../gate/backoff.rs`).
+    /// `timeout` ([`backoff`]).
     fn connect(
         master: &str,
         hello: &Message,
@@ -82,7 +81,7 @@ impl Client {
         let mut backoff = Backoff::until(deadline);
         let mut connect_within = timeout;
         loop {
-            let mut conn = launcher::connect(master, connect_within)?;
+            let mut conn = placement::connect(master, connect_within)?;
             conn.write_all(format!("{}\n", token.hello(&hello.to_string())).as_bytes())
                 .map_err(|e| format!("{master}: {e}"))?;
             let mut lines = Lines::new(conn.try_clone().map_err(|e| e.to_string())?);

@@ -4,7 +4,7 @@
 //! and each grow makes the next one. Member to coordinator:
 //! - `HELLO <rank>`: a rank of the first world; `JOIN`: a replacement, waiting for the next grow (on the
 //!   wire both end in the job token's field, ` token=<hex>`, which rank 0's door checks and strips
-//!   before this parser sees the line: `../gate/token.rs`);
+//!   before this parser sees the line: `metrale_gpu_launch::token`);
 //! - `LOST <gen> revoked|aborted`: this rank gave up on generation `gen` and holds it revoked (it can be
 //!   shrunk) or aborted (it cannot: NCCL reported an error, or the revoke did not end cleanly);
 //! - `READY <gen>`: this rank has the `GROW` to generation `gen` (its connection's thread answers at
@@ -26,7 +26,7 @@
 
 use std::fmt;
 
-/// The longest line either side reads (`../gate/line.rs`): far above the longest message (a recovery's
+/// The longest line either side reads (`metrale_gpu_launch::line`): far above the longest message (a recovery's
 /// reason with its ranks listed), far below memory.
 pub const LINE_CAP: usize = 64 * 1024;
 

@@ -1,5 +1,5 @@
 //! Stray connections, for the tests: what port scanners, health checks, floods and other jobs' ranks
-//! send to a rendezvous. Std only, so that the GPU suite includes it too (`tests/nccl_api/elastic.rs`).
+//! send to a rendezvous, and what each saw (the launch and elastic crates' tests, the GPU suite's).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
