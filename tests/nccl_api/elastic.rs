@@ -25,7 +25,7 @@
 //!   example's clear error (rank 0 is gone) within twice the deadline;
 //! - `strays`: 4x1 with a job token (`METRALE_JOB_TOKEN`) and a stream of stray connections to rank 0's
 //!   port from its first line to the end (every 250 ms: garbage, an HTTP request, a connect-and-close,
-//!   silence, an 8 MiB line, hellos and JOINs with the wrong token or none; the testkit's `strays`),
+//!   silence, an 8 MiB line, hellos and JOINs with a forged proof or an old token in clear; the testkit's `strays`),
 //!   through the steady loop, the recovery and the grow: the run ends as 4x1 does, rank 0 says it
 //!   refused them, and no stray is answered a byte.
 //!
@@ -51,13 +51,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use metrale_gpu_testkit::child::{self, Child};
 use metrale_gpu_testkit::gpu::{gpus, measured};
-use metrale_gpu_testkit::hex;
 use metrale_gpu_testkit::placement::{Mode, Plan};
 use metrale_gpu_testkit::skip::skip;
 use metrale_gpu_testkit::stacks;
 
 /// The reader of the example's lines, and the stray connections the libraries' own CPU tests send.
 use metrale_gpu_elastic::lines;
+use metrale_gpu_launch::auth;
 use metrale_gpu_testkit::strays;
 
 /// The example's `--deadline`: how long a collective may hang before the survivors give up on it.
@@ -716,15 +716,14 @@ impl StrayStream {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = Arc::clone(&stop);
         let thread = std::thread::spawn(move || {
-            let other = hex::encode(b"another-job");
             let hellos = [
-                ("a wrong-token hello", format!("HELLO 1 token={other}\n")),
-                ("a wrong-token JOIN", format!("JOIN token={other}\n")),
+                ("a forged hello", auth::forged("HELLO 1")),
+                ("a forged JOIN", auth::forged("JOIN")),
                 (
-                    "a forged hello without a token",
-                    "HELLO 1 token=\n".to_string(),
+                    "an old hello with a token in clear",
+                    "HELLO 1 token=6a6f622d61\n".to_string(),
                 ),
-                ("a JOIN without a token", "JOIN token=\n".to_string()),
+                ("an old JOIN without a token", "JOIN token=\n".to_string()),
             ];
             let (mut tally, mut running) = (Tally::default(), Vec::new());
             while !stopped.load(Ordering::Acquire) {

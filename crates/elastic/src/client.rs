@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::membership::{lock, shared, wait_until, Shared};
 use crate::protocol::{Held, Message, Plan, LINE_CAP};
+use metrale_gpu_launch::auth::{self, Refused};
 use metrale_gpu_launch::backoff::{self, Backoff};
 use metrale_gpu_launch::line::Lines;
 use metrale_gpu_launch::placement;
@@ -67,10 +68,10 @@ pub struct Joined {
 }
 
 impl Client {
-    /// Connects to the coordinator (retrying until `timeout`: it may start later), says `hello` with
-    /// `token`, and returns the connection, its lines and the first reply. A connection rank 0 closes
-    /// without a word (it refused it: too many waiting, or the hello was wrong) is tried again until
-    /// `timeout` ([`backoff`]).
+    /// Connects to the coordinator (retrying until `timeout`: it may start later), proves `token`
+    /// with `hello` ([`auth::prove`]: rank 0 proves it first), and returns the connection, its lines
+    /// and the first reply. A connection rank 0 closes without a word (it refused it: too many
+    /// waiting, or the hello was wrong) is tried again until `timeout` ([`backoff`]).
     fn connect(
         master: &str,
         hello: &Message,
@@ -81,11 +82,14 @@ impl Client {
         let mut backoff = Backoff::until(deadline);
         let mut connect_within = timeout;
         loop {
-            let mut conn = placement::connect(master, connect_within)?;
-            conn.write_all(format!("{}\n", token.hello(&hello.to_string())).as_bytes())
-                .map_err(|e| format!("{master}: {e}"))?;
+            let conn = placement::connect(master, connect_within)?;
             let mut lines = Lines::new(conn.try_clone().map_err(|e| e.to_string())?);
-            match lines.next(LINE_CAP, Some(deadline)) {
+            let reply = match auth::prove(&mut lines, token, &hello.to_string(), deadline) {
+                Ok(()) => lines.next(LINE_CAP, Some(deadline)),
+                Err(Refused::Closed) => Ok(None),
+                Err(Refused::Failed(why)) => return Err(format!("rank 0 at {master}: {why}")),
+            };
+            match reply {
                 Ok(Some(reply)) => return Ok((conn, lines, Message::parse(&reply)?)),
                 Ok(None) => {}
                 Err(e) => {
@@ -104,10 +108,10 @@ impl Client {
         }
     }
 
-    /// A rank of the first world: its connection stays open; returns the first unique id's hex. Its
-    /// hello carries this job's token (`JobToken::of_this_job`).
+    /// A rank of the first world: its connection stays open; returns the first unique id's hex. It
+    /// proves this job's token ([`JobToken::of_this_job`]).
     pub fn hello(master: &str, rank: usize, timeout: Duration) -> Result<(Client, String), String> {
-        let token = JobToken::of_this_job(&format!("rank {rank}"))?;
+        let token = JobToken::of_this_job(master, &format!("rank {rank}"))?;
         Client::hello_as(master, rank, &token, timeout)
     }
 
@@ -126,7 +130,7 @@ impl Client {
 
     /// A replacement: waits (up to `timeout`) for its place in the next grow.
     pub fn join(master: &str, timeout: Duration) -> Result<(Client, Joined), String> {
-        let token = JobToken::of_this_job("replacement")?;
+        let token = JobToken::of_this_job(master, "replacement")?;
         match Client::connect(master, &Message::Join, &token, timeout)? {
             (
                 conn,

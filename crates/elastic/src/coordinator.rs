@@ -192,16 +192,16 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    /// Listens on the port of `master` (every interface, as torchrun does; port 0 picks one) for the
-    /// other `world - 1` ranks of the first world, to be handed `id`, and for replacements: those whose
-    /// hello carries this job's token (`JobToken::of_this_job`). The job goes on as long as at least
-    /// `min` ranks survive.
+    /// Listens at `master` ([`door::bind`]: loopback alone for a loopback address, else every
+    /// interface; port 0 picks one) for the other `world - 1` ranks of the first world, to be handed
+    /// `id`, and for replacements: those that prove this job's token ([`JobToken::of_this_job`]). The
+    /// job goes on as long as at least `min` ranks survive.
     pub fn listen(master: &str, world: usize, min: usize, id: &str) -> Result<Coordinator, String> {
-        let token = JobToken::of_this_job("rank 0")?;
+        let token = JobToken::of_this_job(master, "rank 0")?;
         Coordinator::listen_for(master, world, min, id, token)
     }
 
-    /// [`Coordinator::listen`], admitting hellos that carry `token`.
+    /// [`Coordinator::listen`], admitting those that prove `token`.
     pub fn listen_for(
         master: &str,
         world: usize,
@@ -209,12 +209,7 @@ impl Coordinator {
         id: &str,
         token: JobToken,
     ) -> Result<Coordinator, String> {
-        let port = master
-            .rsplit_once(':')
-            .and_then(|(_, p)| p.parse::<u16>().ok())
-            .ok_or(format!("--master '{master}' has no port"))?;
-        let listener = TcpListener::bind(("0.0.0.0", port))
-            .map_err(|e| format!("rank 0 cannot listen on port {port}: {e}"))?;
+        let listener = door::bind(master)?;
         let port = listener.local_addr().map_err(|e| e.to_string())?.port();
         let mut members = vec![Member::new(None, Some(0))];
         members.extend((1..world).map(|_| Member::new(None, None)));

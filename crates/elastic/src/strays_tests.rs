@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::coordinator::Coordinator;
+use metrale_gpu_launch::auth;
+use metrale_gpu_launch::line::Lines;
 use metrale_gpu_launch::token::JobToken;
 use metrale_gpu_testkit::{peak, strays};
 
@@ -24,24 +26,18 @@ fn coordinator(world: usize) -> (Coordinator, String) {
     (c, master)
 }
 
-/// Every stray the multi_process test sends, in the elastic protocol's words: a garbage hello, an HTTP
-/// request, a connect-and-close, a silent connection, an 8 MiB line without a newline, a wrong-token
-/// hello and JOIN, forged hellos.
+/// Every stray the launch crate's test sends, in the elastic protocol's words: a garbage hello, an HTTP
+/// request, a connect-and-close, a silent connection, an 8 MiB line without a newline, hellos and
+/// JOINs with a forged proof, an old hello with its token in clear.
 fn elastic_strays(flood: bool) -> Vec<strays::Kind> {
     let hellos = [
+        ("a forged hello", auth::forged("HELLO 1")),
+        ("a forged JOIN", auth::forged("JOIN")),
         (
-            "a wrong-token hello",
-            format!("{}\n", token("job-b").hello("HELLO 1")),
+            "an old hello with its token in clear",
+            "HELLO 1 token=6a6f622d61\n".into(),
         ),
-        (
-            "a wrong-token JOIN",
-            format!("{}\n", token("job-b").hello("JOIN")),
-        ),
-        ("a forged hello without a token", "HELLO 1 token=\n".into()),
-        (
-            "a hello of no rank",
-            format!("{}\n", token("job-a").hello("HELLO 9")),
-        ),
+        ("a forged hello of no rank", auth::forged("HELLO 9")),
     ];
     strays::kinds(&hellos, flood)
 }
@@ -93,12 +89,12 @@ fn the_wait_for_the_ranks_lists_what_it_refused() {
         .expect_err("no rank of this job");
     assert!(
         err.contains("for every rank to connect; refused ")
-            && err.contains("(the wrong job token)"),
+            && err.contains("(it closed after rank 0's proof: a rank of another job"),
         "{err}"
     );
     let err = other_job.join().expect("no panic").expect_err("refused");
     assert!(
-        err.contains("closed the connection (said HELLO 1) each time"),
+        err.contains("did not prove it knows this job's token"),
         "{err}"
     );
 }
@@ -107,8 +103,9 @@ fn the_wait_for_the_ranks_lists_what_it_refused() {
 fn a_member_line_over_the_cap_ends_it_as_a_death() {
     let (c, master) = coordinator(2);
     let mut member = TcpStream::connect(&master).expect("connect");
-    let hello = format!("{}\n", token("job-a").hello("HELLO 1"));
-    member.write_all(hello.as_bytes()).expect("hello");
+    let mut lines = Lines::new(member.try_clone().expect("clone"));
+    let by = Instant::now() + T;
+    auth::prove(&mut lines, &token("job-a"), "HELLO 1", by).expect("admitted");
     c.wait_members(T).expect("rank 1 connects");
     let _ = member.write_all(&vec![b'7'; crate::protocol::LINE_CAP + 1]);
     let deadline = Instant::now() + T;

@@ -4,8 +4,10 @@
 //!   where rank 0 listens, from flags or the variables torchrun, Slurm, Open MPI or a PMI launcher set.
 //! - [`token`]: the job token, the secret every rank of one job shares, from `METRALE_JOB_TOKEN` or
 //!   the launcher's job id.
+//! - [`auth`]: the challenge-response that opens every connection: each side proves it knows the token
+//!   with an HMAC-SHA256 over the other's fresh nonce; the token never crosses the wire.
 //! - [`door`]: rank 0's door: whatever reaches its port is a stranger until its hello is read within
-//!   its bounds and checked; strays are refused with a line, never the end of the job.
+//!   its bounds and proved; strays are refused with a line, never the end of the job.
 //! - [`line`]: a peer's lines, each bounded in bytes and in time.
 //! - [`backoff`]: how a rank tries again when rank 0 closed its connection without a word.
 //! - [`rendezvous`]: rank 0 hands its `ncclUniqueId` (any fixed number of bytes) to the other ranks.
@@ -28,6 +30,7 @@
 //! # Ok::<(), String>(())
 //! ```
 
+pub mod auth;
 pub mod backoff;
 pub mod door;
 pub mod hex;

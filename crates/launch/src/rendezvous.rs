@@ -1,10 +1,10 @@
 //! Hands rank 0's `ncclUniqueId` to the other ranks over TCP: the out-of-band step every multi-process NCCL
-//! program needs (torchrun uses its store; MPI programs `MPI_Bcast`). Rank 0 listens on `MASTER_PORT` on
-//! every interface (as torchrun does: `MASTER_ADDR` may resolve to a loopback address on rank 0's own
-//! host); each other rank connects to `MASTER_ADDR:MASTER_PORT`, says who it is, and reads the id.
+//! program needs (torchrun uses its store; MPI programs `MPI_Bcast`). Rank 0 listens on `MASTER_PORT`
+//! ([`door::bind`]: loopback alone for a loopback `MASTER_ADDR`, else every interface, with a job token);
+//! each other rank connects to `MASTER_ADDR:MASTER_PORT`, proves it belongs to the job and reads the id.
 //!
-//! Wire format: the client sends one line, `MGS2 <rank> token=<hex>` (the job token: [`crate::token`]);
-//! rank 0 answers `MGS2` and the id's bytes. Whatever else reaches the port is a stray connection
+//! Wire format: the exchange of [`crate::auth`], whose hello is `MGS2 <rank>`; rank 0 answers `MGS2`
+//! and the id's bytes. Whatever else reaches the port is a stray connection
 //! ([`crate::door`]): refused with a warning, never the end of the job; rank 0's deadline still bounds
 //! the whole wait, and its timeout error lists what it refused. The id is any fixed number of bytes
 //! (`ncclUniqueId`'s 128, `NCCL_UNIQUE_ID_BYTES`): this crate knows nothing of NCCL.
@@ -15,6 +15,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::auth::{self, Refused};
 use crate::backoff::{self, Backoff};
 use crate::door::{self, Door, HELLO_BOUND};
 use crate::line::Lines;
@@ -23,23 +24,28 @@ use crate::token::JobToken;
 
 const MAGIC: &str = "MGS2";
 
-/// Rank 0: serves `id` to `world_size - 1` ranks on the port of `addr` (`host:port`), on every interface,
-/// within `timeout`, to hellos carrying this job's token (`JobToken::of_this_job`).
+/// Rank 0: serves `id` to `world_size - 1` ranks at `addr` (`host:port`, [`door::bind`]) within
+/// `timeout`, to the ranks that prove this job's token ([`JobToken::of_this_job`]).
 pub fn serve(addr: &str, world_size: u32, id: &[u8], timeout: Duration) -> Result<(), String> {
-    let port = addr
-        .rsplit_once(':')
-        .and_then(|(_, p)| p.parse::<u16>().ok())
-        .ok_or_else(|| format!("MASTER_ADDR:MASTER_PORT '{addr}' has no port"))?;
-    let token = JobToken::of_this_job("rank 0")?;
-    let listener = TcpListener::bind(("0.0.0.0", port))
-        .map_err(|e| format!("rank 0 cannot listen on port {port}: {e}"))?;
-    serve_on(listener, world_size, id, token, timeout)
+    let token = JobToken::of_this_job(addr, "rank 0")?;
+    serve_as(addr, world_size, id, token, timeout)
+}
+
+/// [`serve`], admitting the ranks that prove `token`.
+pub fn serve_as(
+    addr: &str,
+    world_size: u32,
+    id: &[u8],
+    token: JobToken,
+    timeout: Duration,
+) -> Result<(), String> {
+    serve_on(door::bind(addr)?, world_size, id, token, timeout)
 }
 
 /// What a connection's hello said: the rank it claims, or why it is a stray.
 type Hello = (TcpStream, SocketAddr, Result<u32, String>);
 
-/// [`serve`] on a listener already bound (tests bind port 0), admitting hellos that carry `token`.
+/// [`serve`] on a listener already bound (tests bind port 0), admitting the ranks that prove `token`.
 /// Each connection's hello is read on a thread of its own (so that a silent one delays nobody), within
 /// the gate's bounds; this thread hands out the ranks.
 pub fn serve_on(
@@ -133,9 +139,9 @@ fn parse_hello(payload: &str) -> Result<u32, String> {
 }
 
 /// Any other rank: fetches the id from rank 0 at `addr`, retrying the connection until `timeout` (rank 0
-/// may start later), with this job's token (`JobToken::of_this_job`).
+/// may start later), proving this job's token ([`JobToken::of_this_job`]).
 pub fn fetch<const N: usize>(addr: &str, rank: u32, timeout: Duration) -> Result<[u8; N], String> {
-    let token = JobToken::of_this_job(&format!("rank {rank}"))?;
+    let token = JobToken::of_this_job(addr, &format!("rank {rank}"))?;
     fetch_as(addr, rank, &token, timeout)
 }
 
@@ -177,18 +183,25 @@ fn fetch_once<const N: usize>(
     connect_within: Duration,
 ) -> Result<[u8; N], Fetch> {
     let failed = Fetch::Failed;
-    let mut stream = placement::connect(addr, connect_within)
+    let stream = placement::connect(addr, connect_within)
         .map_err(|e| failed(format!("rank {rank}: {e}")))?;
-    stream
+    let mut lines = Lines::new(stream);
+    match auth::prove(&mut lines, token, &format!("{MAGIC} {rank}"), deadline) {
+        Ok(()) => {}
+        Err(Refused::Closed) => {
+            let why =
+                format!("rank {rank}: rank 0 at {addr} closed the connection before its proof");
+            return Err(Fetch::Closed(why));
+        }
+        Err(Refused::Failed(why)) => return Err(failed(format!("rank {rank}: {addr}: {why}"))),
+    }
+    lines
+        .stream()
         .set_read_timeout(Some(remaining(deadline).map_err(failed)?))
         .map_err(|e| failed(e.to_string()))?;
-    let hello = token.hello(&format!("{MAGIC} {rank}"));
-    stream
-        .write_all(format!("{hello}\n").as_bytes())
-        .map_err(|e| failed(format!("rank {rank}: sending to {addr}: {e}")))?;
     let mut reply = vec![0u8; MAGIC.len() + N];
     let what = format!("the unique id from rank 0 at {addr}");
-    match read_all(&mut stream, &mut reply, &what) {
+    match read_all(lines.reader(), &mut reply, &what) {
         Err((true, why)) => return Err(Fetch::Closed(why)),
         Err((false, why)) => return Err(failed(why)),
         Ok(()) => {}
@@ -206,7 +219,7 @@ fn fetch_once<const N: usize>(
 
 /// Reads exactly `buf.len()` bytes, naming what was expected when the peer closes early or is too slow;
 /// the error says whether the peer closed (or reset) the connection before the first byte.
-fn read_all(stream: &mut TcpStream, buf: &mut [u8], what: &str) -> Result<(), (bool, String)> {
+fn read_all(stream: &mut impl Read, buf: &mut [u8], what: &str) -> Result<(), (bool, String)> {
     let (mut got, want) = (0, buf.len());
     let closed = |got: usize, how: &str| {
         let why = format!("{what}: the peer {how} the connection after {got} of {want} bytes");
@@ -248,7 +261,6 @@ mod tests {
     //! short reply or nobody there gives a clear error within its bound.
     use super::*;
     use metrale_gpu_testkit::{peak, strays};
-    use std::io::BufRead;
 
     const T: Duration = Duration::from_secs(20);
     /// `ncclUniqueId`'s size.
@@ -296,18 +308,12 @@ mod tests {
         let id: [u8; ID_BYTES] = std::array::from_fn(|i| i as u8);
         let server = std::thread::spawn(move || serve_on(l, 3, &id, token("job-a"), T));
         let hellos = [
+            ("a forged proof", auth::forged("MGS2 1")),
             (
-                "a wrong-token hello",
-                format!("{}\n", token("job-b").hello("MGS2 1")),
+                "an old hello with its token in clear",
+                "MGS2 1 token=6a6f622d61\n".to_string(),
             ),
-            (
-                "a forged hello without a token",
-                "MGS2 1 token=\n".to_string(),
-            ),
-            (
-                "a forged hello of rank 0",
-                format!("{}\n", token("job-a").hello("MGS2 0")),
-            ),
+            ("a forged proof of rank 0", auth::forged("MGS2 0")),
         ];
         let sent = strays::send(&addr, strays::kinds(&hellos, flood), T);
         for rank in 1..3 {
@@ -350,14 +356,13 @@ mod tests {
         );
     }
 
-    /// What rank 0 of a world of 2 says at its deadline after a client sent `hello`.
-    fn refused(hello: &[u8]) -> String {
+    /// What rank 0 of a world of 2 (job `job`) says at its deadline after `client` ran against it.
+    fn refused(client: impl FnOnce(String) + Send + 'static) -> String {
         let (l, addr) = listener();
         let timeout = Duration::from_millis(1500);
         let server =
             std::thread::spawn(move || serve_on(l, 2, &[1; ID_BYTES], token("job"), timeout));
-        let mut stray = TcpStream::connect(&addr).expect("connect");
-        stray.write_all(hello).expect("write");
+        client(addr);
         server
             .join()
             .expect("server thread")
@@ -366,25 +371,53 @@ mod tests {
 
     #[test]
     fn a_stranger_is_refused_by_name_and_listed_at_the_deadline() {
-        let err = refused(b"GET / HTTP/1.1\r\n");
+        let err = refused(|addr| {
+            let mut stray = TcpStream::connect(&addr).expect("connect");
+            stray.write_all(b"GET / HTTP/1.1\r\n").expect("write");
+        });
         assert!(err.contains("with 0 of 1 ranks connected"), "{err}");
         assert!(
             err.contains("; refused 1 connection(s): 127.0.0.1:")
-                && err.contains("(a hello without a job token field)"),
+                && err.contains("(not a rendezvous challenge: \"GET / HTTP/1.1\")"),
             "{err}"
         );
     }
 
+    /// A rank of this job that claims a rank out of range is refused after its proof; it tries again
+    /// until its own deadline, and both sides say why.
     #[test]
     fn a_taken_or_impossible_rank_is_refused() {
-        let err = refused(format!("{}\n", token("job").hello("MGS2 7")).as_bytes());
+        let err = refused(|addr| {
+            let err = fetch_as::<ID_BYTES>(&addr, 7, &token("job"), Duration::from_millis(1000))
+                .expect_err("refused");
+            assert!(err.contains("rank 0 refused this process"), "{err}");
+        });
         assert!(
             err.contains("(claims rank 7, invalid or taken (world size 2))"),
             "{err}"
         );
     }
 
-    /// A fake rank 0 that reads each hello line and answers the `n`th connection with `reply`.
+    /// Another job's rank (a token of its own) never gets the id: it finds rank 0 an impostor, and
+    /// rank 0 names it at its deadline.
+    #[test]
+    fn a_rank_of_another_job_gets_nothing_and_is_named() {
+        let err = refused(|addr| {
+            let err = fetch_as::<ID_BYTES>(&addr, 1, &token("job-b"), Duration::from_millis(1000))
+                .expect_err("an impostor to it");
+            assert!(
+                err.contains("did not prove it knows this job's token"),
+                "{err}"
+            );
+        });
+        assert!(
+            err.contains("a rank of another job (its token differs)"),
+            "{err}"
+        );
+    }
+
+    /// A fake rank 0 without a token: the `n`th connection is closed at once (`None`) or admitted and
+    /// answered with `reply`.
     fn fake_rank0(
         l: TcpListener,
         answers: Vec<Option<&'static [u8]>>,
@@ -392,13 +425,11 @@ mod tests {
         std::thread::spawn(move || {
             for answer in answers {
                 let (peer, _) = l.accept().expect("accept");
-                let mut hello = String::new();
-                std::io::BufReader::new(&peer)
-                    .read_line(&mut hello)
-                    .expect("hello");
-                if let Some(reply) = answer {
-                    (&peer).write_all(reply).expect("write");
-                }
+                let Some(reply) = answer else { continue };
+                let mut lines = Lines::new(peer.try_clone().expect("clone"));
+                let deadline = Instant::now() + T;
+                auth::admit(&mut lines, &JobToken::none(), deadline).expect("the hello");
+                (&peer).write_all(reply).expect("write");
             }
         })
     }
@@ -430,7 +461,7 @@ mod tests {
         drop(fake);
         assert!(
             err.contains(
-                "after 0 of 132 bytes (each time until the deadline: rank 0 refused this process"
+                "closed the connection before its proof (each time until the deadline: rank 0 refused"
             ),
             "{err}"
         );
@@ -473,10 +504,11 @@ mod tests {
         let port = listener().0.local_addr().expect("addr").port();
         let id: [u8; ID_BYTES] = std::array::from_fn(|i| i as u8);
         let master = format!("rank0.invalid:{port}");
-        let server = std::thread::spawn(move || serve(&master, 2, &id, T));
-        assert_eq!(fetch(&format!("127.0.0.1:{port}"), 1, T), Ok(id));
+        let server = std::thread::spawn(move || serve_as(&master, 2, &id, token("job"), T));
+        let got = fetch_as(&format!("127.0.0.1:{port}"), 1, &token("job"), T);
+        assert_eq!(got, Ok(id));
         assert_eq!(server.join().expect("server thread"), Ok(()));
-        let err = serve("no-port-here", 2, &id, Duration::from_secs(1)).expect_err("no port");
+        let err = serve_as("no-port-here", 2, &id, token("job"), T).expect_err("no port");
         assert!(err.contains("has no port"), "{err}");
     }
 

@@ -1,5 +1,6 @@
-//! The job token: what a rank's hello carries to prove it belongs to this job, derived by every rank the
-//! same way from its environment. The first source present (and not empty) wins:
+//! The job token: the secret every rank of one job shares, derived by every rank the same way from its
+//! environment, with which each side of a rendezvous proves it belongs to the job ([`crate::auth`]:
+//! the token itself never crosses the wire). The first source present (and not empty) wins:
 //!
 //! | order | variable(s) | set by |
 //! | --- | --- | --- |
@@ -11,32 +12,69 @@
 //!
 //! The Slurm token includes the step, so that two steps of one allocation on one port keep apart; a
 //! process started by another step (an elastic replacement's own `srun`) then needs the explicit variable.
-//! A rank that finds none runs without a token (and says so): its rendezvous then admits any well-formed
-//! hello. The token is the source's name and its value (`slurm:4242.0`), so that two sources never give
-//! the same token by accident; it crosses the wire as hex, so any string fits on the hello's line.
+//! The token is the source's name and its value (`slurm:4242.0`), so that two sources never give the
+//! same token by accident.
+//!
+//! **Closed by default** ([`JobToken::for_master`]): a rendezvous whose address (`--master`,
+//! `MASTER_ADDR`) is a loopback address (`127.0.0.0/8`, `::1`, `localhost`) listens on loopback only,
+//! and may run without a token: only this host's processes reach it. Any other address listens on
+//! every interface and refuses to start without a token source, naming `METRALE_JOB_TOKEN`, unless
+//! [`UNSAFE_NO_TOKEN_VAR`]` = 1` says to admit anyone (unsafe: whoever reaches the port first can take
+//! a rank's place, and learn the unique id).
+//!
+//! What a token protects against: impostors and strays (a rank of another job, a leftover of an
+//! earlier one, a port scanner, a squatter on the port, who learn nothing of the token and get no id).
+//! What it does not: it is no encryption. The unique id and every later message cross the network in
+//! clear, and NCCL's own sockets are not encrypted either (NCCL 2.32's `ncclSetEncryption` does that;
+//! this crate does not call it). A token derived from a launcher's job id is only as secret as that id
+//! (a Slurm job id is visible to every user of the cluster), and any peer that reaches rank 0's port
+//! may test guesses of a weak token offline against the proof rank 0 sends it: where strangers can
+//! reach the port, set `METRALE_JOB_TOKEN` to a long random value (`openssl rand -hex 32`).
 
-use crate::hex;
+use std::fmt;
+use std::net::IpAddr;
 
 /// The variable that sets the token explicitly.
 pub const TOKEN_VAR: &str = "METRALE_JOB_TOKEN";
-/// The longest token, in bytes (before its hex doubles it).
+/// The variable that lets a rendezvous on a non-loopback address run without a token, when `1`:
+/// unsafe (see the module's docs).
+pub const UNSAFE_NO_TOKEN_VAR: &str = "METRALE_UNSAFE_NO_JOB_TOKEN";
+/// The longest token, in bytes.
 pub const TOKEN_MAX: usize = 256;
-/// The hello's last field.
-const FIELD: &str = "token=";
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A job's token: the key of the rendezvous's proofs (empty for none). Its `Debug` shows where it came
+/// from, never its value: logs are no place for it.
+#[derive(Clone, PartialEq, Eq)]
 pub struct JobToken {
-    /// The token's bytes in hex, empty for none.
-    hex: String,
-    /// Where it came from, for the logs (never the value: the logs are no place for it).
+    key: Vec<u8>,
+    /// Where it came from, for the logs.
     source: String,
 }
 
+impl fmt::Debug for JobToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.source.as_str() {
+            "" => write!(f, "JobToken(none)"),
+            source => write!(f, "JobToken(from {source})"),
+        }
+    }
+}
+
+/// Whether `master` (`HOST:PORT`) names this host's loopback: an address in `127.0.0.0/8`, `::1`
+/// (bracketed or not), or `localhost`. A name that merely resolves to loopback on one host (Debian's
+/// `127.0.1.1` for the host's own name) is no loopback: the other hosts resolve it elsewhere.
+pub fn is_loopback(master: &str) -> bool {
+    let host = master.rsplit_once(':').map_or(master, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 impl JobToken {
-    /// No token: every well-formed hello with an empty token field is admitted.
+    /// No token: the proofs are made with an empty key, which any process can make.
     pub fn none() -> JobToken {
         JobToken {
-            hex: String::new(),
+            key: Vec::new(),
             source: String::new(),
         }
     }
@@ -50,11 +88,20 @@ impl JobToken {
             ));
         }
         Ok(JobToken {
-            hex: hex::encode(value.as_bytes()),
+            key: value.as_bytes().to_vec(),
             source: source.to_string(),
         })
     }
 
+    /// Whether this is no token at all.
+    pub fn is_none(&self) -> bool {
+        self.source.is_empty()
+    }
+
+    /// The key of the proofs.
+    pub(crate) fn key(&self) -> &[u8] {
+        &self.key
+    }
     /// The token of this job, from the first source of the table above that `env` has.
     pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<JobToken, String> {
         let var = |name: &str| env(name).filter(|v| !v.is_empty());
@@ -85,54 +132,51 @@ impl JobToken {
         Ok(JobToken::none())
     }
 
-    /// [`JobToken::from_env`] on this process's environment, said on stderr by `who` (where it came
+    /// The token of a rendezvous at `master`, from `env` ([`JobToken::from_env`]), under the module's
+    /// rule: none is fine on loopback; elsewhere it is an error naming [`TOKEN_VAR`], unless
+    /// [`UNSAFE_NO_TOKEN_VAR`] is `1`.
+    pub fn for_master(
+        master: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<JobToken, String> {
+        let token = JobToken::from_env(env)?;
+        if !token.is_none()
+            || is_loopback(master)
+            || env(UNSAFE_NO_TOKEN_VAR).as_deref() == Some("1")
+        {
+            return Ok(token);
+        }
+        Err(format!(
+            "the rendezvous at {master} is not on loopback and this job has no token: set {TOKEN_VAR} to \
+             one secret value on every rank (e.g. `openssl rand -hex 32`), or run under a launcher that \
+             gives a job id (SLURM_JOB_ID, TORCHELASTIC_RUN_ID, OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE); \
+             {UNSAFE_NO_TOKEN_VAR}=1 admits anyone who reaches the port (unsafe)"
+        ))
+    }
+
+    /// [`JobToken::for_master`] on this process's environment, said on stderr by `who` (where it came
     /// from, or that there is none and what that means).
-    pub fn of_this_job(who: &str) -> Result<JobToken, String> {
-        let token = JobToken::from_env(&|name| std::env::var(name).ok())?;
+    pub fn of_this_job(master: &str, who: &str) -> Result<JobToken, String> {
+        let token = JobToken::for_master(master, &|name| std::env::var(name).ok())?;
         match token.source.as_str() {
+            "" if is_loopback(master) => eprintln!(
+                "{who}: no job token ({TOKEN_VAR} and the launchers' job ids are unset): the rendezvous on \
+                 loopback admits this host's processes; set {TOKEN_VAR} to one value on every rank to keep \
+                 other jobs' ranks out"
+            ),
             "" => eprintln!(
-                "{who}: no job token ({TOKEN_VAR}, SLURM_JOB_ID, TORCHELASTIC_RUN_ID, OMPI_MCA_ess_base_jobid \
-                 and PMIX_NAMESPACE are unset): the rendezvous admits any well-formed hello; set {TOKEN_VAR} \
-                 to one value on every rank to keep other jobs' ranks out"
+                "{who}: WARNING: no job token and {UNSAFE_NO_TOKEN_VAR}=1: the rendezvous at {master} admits \
+                 anyone who reaches its port"
             ),
             source => eprintln!("{who}: job token from {source}"),
         }
         Ok(token)
     }
-
-    /// `payload` with the token as its last field: the hello's line, without its newline.
-    pub fn hello(&self, payload: &str) -> String {
-        format!("{payload} {FIELD}{}", self.hex)
-    }
-
-    /// The payload of `line` (a hello) when its token field is this job's; compared in constant time, so
-    /// that the time a refusal takes says nothing about how much of a guess was right.
-    pub fn check(&self, line: &str) -> Result<String, String> {
-        let (payload, field) = line.rsplit_once(' ').unwrap_or(("", line));
-        let theirs = field
-            .strip_prefix(FIELD)
-            .ok_or("a hello without a job token field")?;
-        match same(theirs.as_bytes(), self.hex.as_bytes()) {
-            true => Ok(payload.to_string()),
-            false if self.hex.is_empty() => Err("a job token where this job has none".into()),
-            false => Err("the wrong job token".into()),
-        }
-    }
-}
-
-/// Whether `a` and `b` are equal, in a time that depends on their lengths only.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    let differ = a
-        .iter()
-        .zip(b)
-        .fold(0u8, |acc, (x, y)| acc | std::hint::black_box(x ^ y));
-    a.len() == b.len() && differ == 0
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
 
     fn from(vars: &[(&str, &str)]) -> Result<JobToken, String> {
         JobToken::from_env(&|name| {
@@ -180,45 +224,65 @@ mod tests {
     }
 
     #[test]
-    fn a_hello_is_admitted_with_this_jobs_token_only() {
-        let ours = JobToken::new("test", "job-a").expect("token");
-        let theirs = JobToken::new("test", "job-b").expect("token");
-        let none = JobToken::none();
-        assert_eq!(ours.check(&ours.hello("HELLO 1")), Ok("HELLO 1".into()));
-        assert_eq!(none.check(&none.hello("JOIN")), Ok("JOIN".into()));
-        let refused = [
-            (ours.check(&theirs.hello("HELLO 1")), "the wrong job token"),
-            (ours.check(&none.hello("HELLO 1")), "the wrong job token"),
-            (ours.check("HELLO 1"), "a hello without a job token field"),
-            (
-                none.check(&ours.hello("HELLO 1")),
-                "a job token where this job has none",
-            ),
-        ];
-        for (result, why) in refused {
-            assert_eq!(result, Err(why.to_string()));
+    fn loopback_is_an_address_not_a_name_that_resolves_there() {
+        for master in [
+            "127.0.0.1:1",
+            "127.3.2.1:0",
+            "[::1]:29500",
+            "localhost:5",
+            "LOCALHOST:5",
+        ] {
+            assert!(is_loopback(master), "{master}");
         }
-        assert!(same(b"abc", b"abc") && !same(b"abc", b"abd") && !same(b"abc", b"ab"));
+        for master in [
+            "10.0.0.1:1",
+            "0.0.0.0:1",
+            "[::]:1",
+            "node-1:29500",
+            "rank0.invalid:1",
+            "",
+        ] {
+            assert!(!is_loopback(master), "{master}");
+        }
     }
 
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
-
-        /// Any payload and token round-trip through the hello; another token, or any line at all, is
-        /// an answer (never a panic) whose payload is part of the line.
-        #[test]
-        fn hellos_round_trip_and_any_line_is_an_answer(
-            payload in "[^\n]{0,64}",
-            a in "[^\n]{1,64}",
-            b in "[^\n]{1,64}",
-            line in any::<String>(),
-        ) {
-            let (ta, tb) = (JobToken::new("a", &a).expect("token"), JobToken::new("b", &b).expect("token"));
-            prop_assert_eq!(ta.check(&ta.hello(&payload)), Ok(payload.clone()));
-            prop_assert_eq!(ta.check(&tb.hello(&payload)).is_ok(), a == b);
-            if let Ok(p) = ta.check(&line) {
-                prop_assert!(line.starts_with(&p) && p.len() < line.len());
+    /// Off loopback a rendezvous without a token source does not start; the error names the variable
+    /// to set and the unsafe opt-out, which admits anyone.
+    #[test]
+    fn off_loopback_no_token_is_refused_unless_the_unsafe_opt_out_says_so() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v.to_string())
             }
-        }
+        };
+        let err = JobToken::for_master("node-1:29500", &env(&[])).expect_err("closed");
+        assert!(
+            err.contains("is not on loopback and this job has no token: set METRALE_JOB_TOKEN")
+                && err.contains("METRALE_UNSAFE_NO_JOB_TOKEN=1 admits anyone"),
+            "{err}"
+        );
+        let err = JobToken::for_master("10.0.0.1:1", &env(&[(UNSAFE_NO_TOKEN_VAR, "yes")]));
+        assert!(err.is_err(), "only `1` opts out");
+        assert_eq!(
+            JobToken::for_master("10.0.0.1:1", &env(&[(UNSAFE_NO_TOKEN_VAR, "1")])),
+            Ok(JobToken::none())
+        );
+        assert_eq!(
+            JobToken::for_master("127.0.0.1:1", &env(&[])),
+            Ok(JobToken::none())
+        );
+        assert_eq!(
+            JobToken::for_master("node-1:1", &env(&[("SLURM_JOB_ID", "7")])),
+            JobToken::new("SLURM_JOB_ID", "slurm:7")
+        );
+    }
+
+    #[test]
+    fn debug_never_shows_the_value() {
+        let token = JobToken::new(TOKEN_VAR, "s3cret-value").expect("token");
+        assert_eq!(format!("{token:?}"), "JobToken(from METRALE_JOB_TOKEN)");
+        assert_eq!(format!("{:?}", JobToken::none()), "JobToken(none)");
     }
 }
