@@ -6,6 +6,7 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::coordinator::WRITE_BOUND;
 use crate::membership::{lock, shared, wait_until, Shared};
 use crate::protocol::{Held, Message, Plan, LINE_CAP};
 use metrale_gpu_launch::auth::{self, Refused};
@@ -123,7 +124,7 @@ impl Client {
         timeout: Duration,
     ) -> Result<(Client, String), String> {
         match Client::connect(master, &Message::Hello { rank }, token, timeout)? {
-            (conn, lines, Message::Id { id }) => Ok((Client::listen(conn, lines), id)),
+            (conn, lines, Message::Id { id }) => Ok((Client::listen(conn, lines)?, id)),
             (_, _, other) => Err(format!("rank 0 answered {other}, not an id")),
         }
     }
@@ -150,55 +151,62 @@ impl Client {
                     after,
                     id,
                 };
-                Ok((Client::listen(conn, lines), joined))
+                Ok((Client::listen(conn, lines)?, joined))
             }
             (_, _, Message::End { why }) => Err(format!("rank 0 ended the job: {why}")),
             (_, _, other) => Err(format!("rank 0 answered {other}, not a grow id")),
         }
     }
 
-    /// From now on a thread files the coordinator's messages in the inbox.
-    fn listen(conn: TcpStream, mut lines: Lines) -> Client {
+    /// From now on a thread files the coordinator's messages in the inbox. Every write to rank 0 is
+    /// bounded as rank 0's to it are ([`WRITE_BOUND`]): a coordinator that reads nothing is gone.
+    fn listen(conn: TcpStream, mut lines: Lines) -> Result<Client, String> {
+        // A connection that refuses the bound is no worse than before: its writes then block as
+        // the kernel's.
+        let _ = conn.set_write_timeout(Some(WRITE_BOUND));
         let conn = Arc::new(Mutex::new(conn));
         let answer = Arc::clone(&conn);
         let inbox = shared(Inbox::default());
         let filed = Arc::clone(&inbox);
-        std::thread::spawn(move || {
-            // Each line at most LINE_CAP bytes; an error (a longer one) is the connection's end.
-            while let Ok(Some(line)) = lines.next(LINE_CAP, None) {
-                let mut i = lock(&filed);
-                match Message::parse(&line) {
-                    Ok(Message::Recover { gen, why }) => {
-                        if i.lost.as_ref().is_none_or(|(g, _)| *g < gen) {
-                            i.lost = Some((gen, why));
+        let reader = std::thread::Builder::new().name("rendezvous inbox".into());
+        reader
+            .spawn(move || {
+                // Each line at most LINE_CAP bytes; an error (a longer one) is the connection's end.
+                while let Ok(Some(line)) = lines.next(LINE_CAP, None) {
+                    let mut i = lock(&filed);
+                    match Message::parse(&line) {
+                        Ok(Message::Recover { gen, why }) => {
+                            if i.lost.as_ref().is_none_or(|(g, _)| *g < gen) {
+                                i.lost = Some((gen, why));
+                            }
                         }
+                        Ok(Message::Plan(plan)) => i.plan = Some(plan),
+                        // Filed before the answer: rank 0 starts the round the grow follows only once
+                        // every member answered, so the rank reads the order when it finishes it.
+                        Ok(Message::Grow { gen, size, after }) => {
+                            i.grow = Some((gen, size, after));
+                            // A failure is the connection's end, which this thread reads next.
+                            let _ = send(&answer, &Message::Ready { gen });
+                        }
+                        Ok(Message::Excluded { why }) => {
+                            i.gone = Some(format!("rank 0 left this rank out: {why}"))
+                        }
+                        Ok(Message::End { why }) => {
+                            i.gone = Some(format!("rank 0 ended the job: {why}"))
+                        }
+                        Ok(other) => eprintln!("unexpected message from rank 0: {other}"),
+                        Err(e) => eprintln!("from rank 0: {e}"),
                     }
-                    Ok(Message::Plan(plan)) => i.plan = Some(plan),
-                    // Filed before the answer: rank 0 starts the round the grow follows only once
-                    // every member answered, so the rank reads the order when it finishes it.
-                    Ok(Message::Grow { gen, size, after }) => {
-                        i.grow = Some((gen, size, after));
-                        // A failure is the connection's end, which this thread reads next.
-                        let _ = send(&answer, &Message::Ready { gen });
-                    }
-                    Ok(Message::Excluded { why }) => {
-                        i.gone = Some(format!("rank 0 left this rank out: {why}"))
-                    }
-                    Ok(Message::End { why }) => {
-                        i.gone = Some(format!("rank 0 ended the job: {why}"))
-                    }
-                    Ok(other) => eprintln!("unexpected message from rank 0: {other}"),
-                    Err(e) => eprintln!("from rank 0: {e}"),
+                    drop(i);
+                    filed.1.notify_all();
                 }
-                drop(i);
+                lock(&filed)
+                    .gone
+                    .get_or_insert(COORDINATOR_GONE.to_string());
                 filed.1.notify_all();
-            }
-            lock(&filed)
-                .gone
-                .get_or_insert(COORDINATOR_GONE.to_string());
-            filed.1.notify_all();
-        });
-        Client { conn, inbox }
+            })
+            .map_err(|e| format!("no thread for rank 0's messages: {e}"))?;
+        Ok(Client { conn, inbox })
     }
 
     fn send(&self, message: &Message) -> Result<(), String> {

@@ -20,6 +20,7 @@
 
 use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,9 @@ struct Member {
     /// Which connection it is (to match the end a watcher reads); `None` until a first-world rank says
     /// `HELLO`.
     key: Option<u64>,
+    /// The first generation it is in (0 for the first world, its grow's for a replacement): a loss it
+    /// reports of an older one is none of its business.
+    since: u64,
     alive: bool,
     /// The generation it last reported lost, and how it holds it.
     held: Option<(u64, Held)>,
@@ -45,10 +49,11 @@ struct Member {
 }
 
 impl Member {
-    fn new(conn: Option<TcpStream>, key: Option<u64>) -> Member {
+    fn new(conn: Option<TcpStream>, key: Option<u64>, since: u64) -> Member {
         Member {
             conn,
             key,
+            since,
             alive: true,
             held: None,
             ready: true,
@@ -56,10 +61,15 @@ impl Member {
         }
     }
 
-    /// Sends `message`; a failure is that member's own death, which its watcher reports.
+    /// Sends `message`, within [`WRITE_BOUND`] (set on every connection it admits). A failure is that
+    /// member's death: its connection is shut (a line cut short would leave the rest unreadable), and
+    /// its watcher reads the end and reports it.
     fn send(&mut self, message: &Message) {
         if let Some(conn) = self.conn.as_mut() {
-            let _ = conn.write_all(format!("{message}\n").as_bytes());
+            if conn.write_all(format!("{message}\n").as_bytes()).is_err() {
+                let _ = conn.shutdown(Shutdown::Both);
+                self.conn = None;
+            }
         }
     }
 
@@ -143,9 +153,20 @@ impl Roster {
             .rank_of(key)
             .ok_or(format!("{message} from a connection that is no member"))?;
         match message {
-            // Any generation up to the newest: a member still on the parent of an announced grow
-            // that gave its parent up cannot grow, so the newest is lost as well.
+            // The newest generation, or the parent of an announced grow (a member still on it that
+            // gave it up cannot grow, so the newest is lost as well); never one the member is not in,
+            // nor an older one, whose loss is over: those are ignored, so that no member can lose a
+            // generation it has no part in.
             Message::Lost { gen, held } if gen <= self.gen => {
+                let on_parent = self.grow.is_some_and(|g| g.gen == self.gen) && gen + 1 == self.gen;
+                if gen < self.members[rank].since || (gen != self.gen && !on_parent) {
+                    eprintln!(
+                        "rank 0: rendezvous: ignored rank {rank}'s loss of generation {gen}: it is in \
+                         generations {} to {} (now {})",
+                        self.members[rank].since, self.gen, self.gen
+                    );
+                    return Ok(());
+                }
                 self.members[rank].held = Some((gen, held));
                 let newest = self.gen;
                 self.declare_lost(newest, format!("rank {rank} lost generation {gen}"));
@@ -183,12 +204,42 @@ impl Roster {
     }
 }
 
+/// How long rank 0 may take to write a line to a member or a waiting replacement: far above what a
+/// live one's reader (a thread that does nothing else) needs, so that a member that reads nothing
+/// (frozen, its socket's buffer full) costs rank 0 at most this, once; it is then dead.
+pub const WRITE_BOUND: Duration = Duration::from_secs(1);
+
+/// The most connection threads (and so connections) rank 0 holds at once in a world of `world`: one
+/// for each connection waiting for its hello ([`door::pending_cap`]), each member (`world - 1` at
+/// most) and each waiting replacement ([`joiner_cap`]).
+pub fn thread_cap(world: usize) -> usize {
+    door::pending_cap(world) + (world - 1) + joiner_cap(world)
+}
+
+/// The most replacements that wait for a grow at once: the first world's size. Over it the newest is
+/// refused (closed, with a line on rank 0's stderr), and tries again within its own bound.
+pub fn joiner_cap(world: usize) -> usize {
+    world
+}
+
 /// Rank 0's side.
 pub struct Coordinator {
     roster: Shared<Roster>,
     port: u16,
     /// Who may connect, and whom it refused.
     door: Arc<Door>,
+    /// Connection threads running, for the tests.
+    #[cfg(test)]
+    threads: Arc<AtomicUsize>,
+}
+
+/// A connection thread's place in the count; dropping it (the thread ends, or never started) frees it.
+struct Running(Arc<AtomicUsize>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Coordinator {
@@ -211,8 +262,8 @@ impl Coordinator {
     ) -> Result<Coordinator, String> {
         let listener = door::bind(master)?;
         let port = listener.local_addr().map_err(|e| e.to_string())?.port();
-        let mut members = vec![Member::new(None, Some(0))];
-        members.extend((1..world).map(|_| Member::new(None, None)));
+        let mut members = vec![Member::new(None, Some(0), 0)];
+        members.extend((1..world).map(|_| Member::new(None, None, 0)));
         let roster = shared(Roster {
             members,
             gen: 0,
@@ -224,9 +275,19 @@ impl Coordinator {
             id: id.to_string(),
         });
         let door = Door::new("rank 0", token, door::pending_cap(world));
-        let (accepted, admits) = (Arc::clone(&roster), Arc::clone(&door));
-        std::thread::spawn(move || accept_loop(listener, accepted, admits));
-        Ok(Coordinator { roster, port, door })
+        let threads = Arc::new(AtomicUsize::new(0));
+        let accepting = (Arc::clone(&roster), Arc::clone(&door), Arc::clone(&threads));
+        std::thread::Builder::new()
+            .name("rank 0 rendezvous".into())
+            .spawn(move || accept_loop(listener, accepting, thread_cap(world)))
+            .map_err(|e| format!("rank 0: no thread for the rendezvous: {e}"))?;
+        Ok(Coordinator {
+            roster,
+            port,
+            door,
+            #[cfg(test)]
+            threads,
+        })
     }
 
     /// The port it listens on.
@@ -348,7 +409,7 @@ impl Coordinator {
         let mut members = std::mem::take(&mut r.members);
         r.members = survivors
             .iter()
-            .map(|&i| std::mem::replace(&mut members[i], Member::new(None, None)))
+            .map(|&i| std::mem::replace(&mut members[i], Member::new(None, None, 0)))
             .collect();
         for m in r.members.iter_mut() {
             m.held = None;
@@ -421,7 +482,7 @@ impl Coordinator {
         }
         let joiners: Vec<(u64, TcpStream)> = r.joiners.drain(..take).collect();
         for (key, conn) in joiners {
-            let mut member = Member::new(Some(conn), Some(key));
+            let mut member = Member::new(Some(conn), Some(key), next);
             member.send(&Message::GrowId {
                 gen: next,
                 rank: r.members.len(),
@@ -496,6 +557,12 @@ impl Coordinator {
         lock(&self.roster).joiners.len()
     }
 
+    /// Connection threads running, for the tests.
+    #[cfg(test)]
+    pub fn threads(&self) -> usize {
+        self.threads.load(Ordering::Acquire)
+    }
+
     /// What a crash does to the rendezvous, for the tests: every connection closes at once.
     #[cfg(test)]
     pub fn crash(&self) {
@@ -511,24 +578,43 @@ impl Coordinator {
     }
 }
 
-/// Accepts members for the life of the process; each connection gets a thread that reads its hello
-/// (within the door's bounds: a stray is refused there), then files its messages and reports its end.
-fn accept_loop(listener: TcpListener, roster: Shared<Roster>, door: Arc<Door>) {
+/// What the accept loop shares with the connections: the roster, the door, the thread count.
+type Accepting = (Shared<Roster>, Arc<Door>, Arc<AtomicUsize>);
+
+/// Accepts members for the life of the process; each connection gets a thread (at most `cap` at once:
+/// over it, or where no thread can be made, the connection is refused with a line, and the loop goes
+/// on) that reads its hello (within the door's bounds: a stray is refused there), then files its
+/// messages and reports its end.
+fn accept_loop(listener: TcpListener, (roster, door, threads): Accepting, cap: usize) {
     for (key, conn) in (1u64..).zip(listener.incoming()) {
         // Out of descriptors, or a connection aborted in the queue: a moment, then the next.
         let Ok(conn) = conn else {
             std::thread::sleep(Duration::from_millis(5));
             continue;
         };
-        let Some(ticket) = conn.peer_addr().ok().and_then(|peer| door.enter(peer)) else {
+        let Ok(peer) = conn.peer_addr() else { continue };
+        let Some(ticket) = door.enter(peer) else {
             continue;
         };
-        let (roster, door) = (Arc::clone(&roster), Arc::clone(&door));
-        std::thread::spawn(move || {
-            if let Err(e) = serve(conn, key, &roster, &door, ticket) {
-                eprintln!("rank 0: rendezvous: {e}");
-            }
-        });
+        if threads.fetch_add(1, Ordering::AcqRel) >= cap {
+            threads.fetch_sub(1, Ordering::AcqRel);
+            door.refuse(peer, &format!("rank 0 holds {cap} connections already"));
+            continue;
+        }
+        let running = Running(Arc::clone(&threads));
+        let (roster, door_of) = (Arc::clone(&roster), Arc::clone(&door));
+        let spawned = std::thread::Builder::new()
+            .name("rank 0 connection".into())
+            .spawn(move || {
+                let _running = running;
+                if let Err(e) = serve(conn, key, &roster, &door_of, ticket) {
+                    eprintln!("rank 0: rendezvous: {e}");
+                }
+            });
+        // The closure, and with it the connection, its ticket and its place, is dropped unrun.
+        if let Err(e) = spawned {
+            door.refuse(peer, &format!("no thread to serve it: {e}"));
+        }
     }
 }
 
@@ -543,6 +629,9 @@ fn serve(
     ticket: Ticket,
 ) -> Result<(), String> {
     let peer = conn.peer_addr().map_err(|e| e.to_string())?;
+    // Accepted from a blocking listener; every write to it from now on is bounded.
+    conn.set_write_timeout(Some(WRITE_BOUND))
+        .map_err(|e| e.to_string())?;
     let mut lines = Lines::new(conn.try_clone().map_err(|e| e.to_string())?);
     let hello = door
         .hello(&mut lines, Instant::now() + door::HELLO_BOUND)
@@ -591,11 +680,51 @@ fn admit(
             }
             conn.write_all(format!("{}\n", Message::Id { id }).as_bytes())
                 .map_err(|e| e.to_string())?;
-            r.members[rank] = Member::new(Some(conn), Some(key));
+            r.members[rank] = Member::new(Some(conn), Some(key), 0);
+        }
+        Message::Join if r.joiners.len() >= joiner_cap(r.world) => {
+            return Err(format!(
+                "{} replacements wait already, the most ({}, the first world's size)",
+                r.joiners.len(),
+                joiner_cap(r.world)
+            ))
         }
         Message::Join => r.joiners.push((key, conn)),
         other => return Err(format!("is not a member of this job (said {other})")),
     }
     roster.1.notify_all();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    /// A member that reads nothing (a frozen process) costs rank 0 at most [`WRITE_BOUND`] a write:
+    /// once its socket's buffers are full the write gives up and the member's connection is shut,
+    /// which its peer reads as the end.
+    #[test]
+    fn a_member_that_reads_nothing_is_shut_after_one_bounded_write() {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let mut frozen = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let conn = l.accept().expect("accept").0;
+        conn.set_write_timeout(Some(WRITE_BOUND)).expect("bound");
+        let mut member = Member::new(Some(conn), Some(1), 0);
+        let why = "x".repeat(LINE_CAP - 64);
+        let message = Message::Recover { gen: 0, why };
+        // Loopback's buffers hold a few MiB: far fewer writes than this fill them.
+        let mut sent = 0;
+        while sent < 100_000 && member.conn.is_some() {
+            member.send(&message);
+            sent += 1;
+        }
+        assert!(sent < 100_000, "every write went through: no bound");
+        let mut rest = Vec::new();
+        let _ = frozen.read_to_end(&mut rest);
+        assert!(
+            rest.len() < sent * LINE_CAP,
+            "the frozen member read the end"
+        );
+    }
 }

@@ -30,27 +30,27 @@ const POLL: Duration = Duration::from_millis(1);
 #[derive(Clone, Debug)]
 pub struct Kill {
     pub victim: String,
-    pub phase: &'static str,
+    pub phase: String,
     pub by: Option<&'static str>,
     pub calls: usize,
 }
 
 impl Kill {
     /// `victim` dies once rank 0 printed `phase`, at once (its wait given up, or its next call).
-    pub fn on_rank0(victim: &str, phase: &'static str) -> Kill {
+    pub fn on_rank0(victim: &str, phase: &str) -> Kill {
         Kill {
             victim: victim.into(),
-            phase,
+            phase: phase.into(),
             by: Some("rank 0"),
             calls: 0,
         }
     }
 
     /// `victim` dies at its `calls`-th call after it printed `phase` itself (0: at that line).
-    pub fn on_own(victim: &str, phase: &'static str, calls: usize) -> Kill {
+    pub fn on_own(victim: &str, phase: &str, calls: usize) -> Kill {
         Kill {
             victim: victim.into(),
-            phase,
+            phase: phase.into(),
             by: None,
             calls,
         }

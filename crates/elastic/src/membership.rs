@@ -602,6 +602,25 @@ mod tests {
         );
     }
 
+    /// A member's loss of a generation it is not in (a replacement's of the one before its grow), or
+    /// of an older one whose loss is over, is ignored: no member can lose the generation the others
+    /// train on with it. Its loss of the newest counts.
+    #[test]
+    fn a_loss_of_a_generation_the_member_is_not_in_is_ignored() {
+        let b = bounds(200);
+        let (c, members, master, _) = recovered(4, &[3], b);
+        let (_, joined, _) = grow_all(&c, (1, 10), &members, (1, 0), &master);
+        let say_lost = |m: &Client, gen| {
+            let _ = m.recover(gen, Held::Revoked, Duration::from_millis(1));
+        };
+        say_lost(&joined[0], 1); // the replacement joined at generation 2
+        say_lost(&members[0], 0); // generation 0's loss is over
+        say_lost(&joined[0], 2);
+        let why = wait_for("rank 0 hears of it", || c.lost(2));
+        assert_eq!(why, "the rendezvous: rank 3 lost generation 2");
+        assert_eq!(c.lost(3), None);
+    }
+
     #[test]
     fn below_the_minimum_every_rank_ends_with_the_reason() {
         let c = Coordinator::listen("127.0.0.1:0", 4, 3, "f00d").expect("listens");

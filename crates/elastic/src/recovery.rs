@@ -3,8 +3,9 @@
 //! and training goes on at the size it has, from the round the plan says; it never waits for
 //! replacements. Rank 0 grows the world at a round boundary whenever replacements wait (all of them
 //! at once, up to the first world's size). A failure at any step (a rank killed during the shrink or the
-//! grow) is one more lost generation and one more round, up to [`MAX_ROUNDS`]; fewer survivors than
-//! `--min-size` end the job on every rank. Each phase prints its `ELASTIC` line.
+//! grow) is one more lost generation and one more round of the same recovery, up to [`MAX_ROUNDS`] a
+//! recovery (a recovery ends once its communicator passed its checks; the next loss begins a new one);
+//! fewer survivors than `--min-size` end the job on every rank. Each phase prints its `ELASTIC` line.
 
 use std::time::{Duration, Instant};
 
@@ -26,7 +27,8 @@ const PROGRESS_EVERY: usize = 100;
 /// one before it says so.
 const CHECKS: usize = 3;
 const AFTER_GROW: usize = 20;
-/// Lost generations a rank recovers from before it gives up: each one follows a new failure.
+/// Rounds of one recovery (lost generations without a communicator that passed its checks between
+/// them) a rank goes through before it gives up: each one follows a new failure.
 pub const MAX_ROUNDS: usize = 8;
 
 fn ms(d: Duration) -> String {
@@ -42,13 +44,15 @@ struct Current<C> {
 /// Where a rank's life stands.
 enum Step<C> {
     /// It lost generation `gen` (in which it was `rank`) at round `step`, holding its communicator
-    /// revoked (`Some`, it can be shrunk) or not at all (aborted).
+    /// revoked (`Some`, it can be shrunk) or not at all (aborted). `fresh`: the generation had passed
+    /// its checks, so this loss begins a new recovery (its rounds counted from 1).
     Lost {
         gen: u64,
         rank: usize,
         step: usize,
         parent: Option<C>,
         lost: Lost,
+        fresh: bool,
     },
     /// A communicator (made by `how`: init, shrink, grow) to train on from round `step`; after
     /// `checks` rounds it prints `line`.
@@ -65,7 +69,7 @@ enum Step<C> {
 
 impl<C: Copy> Step<C> {
     /// After a lost wait on `now` at round `step`: what the rank holds of it.
-    fn lost(now: &Current<C>, step: usize, lost: Lost) -> Step<C> {
+    fn lost(now: &Current<C>, step: usize, lost: Lost, fresh: bool) -> Step<C> {
         let parent = (lost.held == Held::Revoked).then_some(now.comm);
         Step::Lost {
             gen: now.at.gen,
@@ -73,11 +77,12 @@ impl<C: Copy> Step<C> {
             step,
             parent,
             lost,
+            fresh,
         }
     }
 
     /// A step that failed to make `at`'s generation (its communicators were aborted).
-    fn failed(at: Place, step: usize, detail: String, took: Duration) -> Step<C> {
+    fn failed(at: Place, step: usize, detail: String, took: Duration, fresh: bool) -> Step<C> {
         let lost = Lost {
             how: "setup",
             detail,
@@ -92,6 +97,7 @@ impl<C: Copy> Step<C> {
             step,
             parent: None,
             lost,
+            fresh,
         }
     }
 }
@@ -176,8 +182,9 @@ fn live<F: Fabric>(
                 step,
                 parent,
                 lost,
+                fresh,
             } => {
-                rounds += 1;
+                rounds = if fresh { 1 } else { rounds + 1 };
                 fabric.say(format!(
                     "ELASTIC phase=detect rank={rank} gen={gen} how={} held={} at_unix_us={} waited_ms={} \
                      revoke_ms={} detail={:?}",
@@ -193,7 +200,7 @@ fn live<F: Fabric>(
                         fabric.release(p, true)?;
                     }
                     return Err(format!(
-                        "{MAX_ROUNDS} recovery rounds, and generation {gen} lost again: giving up"
+                        "{MAX_ROUNDS} rounds of one recovery, and generation {gen} lost again: giving up"
                     ));
                 }
                 recover(fabric, who, &bounds, (gen, rank, step), parent, &lost)?
@@ -291,7 +298,7 @@ fn recover<F: Fabric>(
                 ms(took)
             ),
         },
-        Err(e) => Step::failed(at, plan.step, e, took),
+        Err(e) => Step::failed(at, plan.step, e, took, false),
     })
 }
 
@@ -330,17 +337,17 @@ fn train<F: Fabric>(
                 None | Some(Order::Grow { .. }) => {}
                 Some(Order::Recover { gen }) => {
                     let lost = fabric.give_up_idle(now.comm, who, gen, args.deadline)?;
-                    return Ok(Step::lost(&now, round, lost));
+                    return Ok(Step::lost(&now, round, lost, true));
                 }
                 // The communicator is gone (aborted, or left to the given-up call's thread).
                 Some(Order::NoGrowId { why, .. }) => {
-                    return Ok(Step::failed(at, round, why, t.elapsed()))
+                    return Ok(Step::failed(at, round, why, t.elapsed(), true))
                 }
             }
         }
         match fabric.round(now.comm, at, round, who, args.deadline)? {
             Outcome::Done => {}
-            Outcome::Lost(lost) => return Ok(Step::lost(&now, round, lost)),
+            Outcome::Lost(lost) => return Ok(Step::lost(&now, round, lost, round >= checked)),
         }
         if at.rank == 0 && (round + 1) % PROGRESS_EVERY == 0 && round + 1 != checked {
             let rounds = (round + 1 - said.1) as u32;
@@ -414,7 +421,8 @@ fn grown<F: Fabric>(
                 ms(took)
             ),
         },
-        Err(e) => Step::failed(at, step, e, took),
+        // A grow follows a world that passed its checks: its failure begins a new recovery.
+        Err(e) => Step::failed(at, step, e, took, true),
     }
 }
 
@@ -426,6 +434,7 @@ mod tests {
 
     use std::time::Duration;
 
+    use super::MAX_ROUNDS;
     use crate::fake::{run, Kill, Script};
 
     /// 8 ranks; rank 3 killed in the steady loop, then `second`; replacements as asked for: the
@@ -530,6 +539,46 @@ mod tests {
             at("phase=shrink").is_some() && at("phase=shrink") < at("phase=growing"),
             "resumed before the replacement came: {rank0:#?}"
         );
+    }
+
+    /// Ten deaths, one after another, each once the world recovered from the last (rank 0's shrink
+    /// line, after the new communicator's checks): ten recoveries of one round each, which the old
+    /// count (never reset) ended at the ninth. The survivors finish at 2.
+    #[test]
+    fn the_round_limit_counts_per_recovery() {
+        let mut kills = vec![Kill::on_rank0("rank 11", "steady")];
+        kills.extend((1..10).map(|gen| {
+            let size = 12 - gen;
+            let victim = format!("rank {}", 11 - gen);
+            Kill::on_rank0(&victim, &format!("shrink rank=0 size={size} gen={gen} "))
+        }));
+        let end = run(Script {
+            replacements: 0,
+            ..Script::new(12, kills)
+        });
+        assert_eq!(end.deaths(), 10);
+        end.assert_world(2);
+    }
+
+    /// One recovery whose every round loses its new generation (a death at each of rank 0's plans):
+    /// after MAX_ROUNDS rounds every live rank gives up, saying so.
+    #[test]
+    fn more_rounds_than_the_limit_in_one_recovery_end_every_rank() {
+        let mut kills = vec![Kill::on_rank0("rank 11", "steady")];
+        kills.extend((1..=MAX_ROUNDS as u64).map(|gen| {
+            let victim = format!("rank {}", 11 - gen);
+            Kill::on_rank0(&victim, &format!("plan rank=0 gen={gen} "))
+        }));
+        let end = run(Script {
+            replacements: 0,
+            ..Script::new(12, kills)
+        });
+        let live = end.live();
+        assert_eq!(live.len(), 12 - 1 - MAX_ROUNDS);
+        for (name, result) in live {
+            let err = result.as_ref().expect_err("given up");
+            assert!(err.contains("8 rounds of one recovery"), "{name}: {err}");
+        }
     }
 
     #[test]

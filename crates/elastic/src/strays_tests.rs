@@ -1,5 +1,6 @@
 //! The coordinator against stray connections, on loopback with threads for ranks: what reaches rank 0's
-//! port besides its ranks is refused without harm, and its end is no death.
+//! port besides its ranks is refused without harm, its end is no death, and however many come, rank
+//! 0's threads and connections stay within their caps.
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -115,5 +116,77 @@ fn a_member_line_over_the_cap_ends_it_as_a_death() {
     assert_eq!(
         c.lost(0),
         Some("the rendezvous: rank 1 of generation 0 died".into())
+    );
+}
+
+/// Rank 0's connections at `port`, from the kernel's table: sockets whose local port it is, open at
+/// rank 0's end (established, or closed by the peer and not yet by rank 0). `None` where the table
+/// cannot be read.
+fn rank0_connections(port: u16) -> Option<usize> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let local = format!(":{port:04X}");
+    let open = table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            Some((*fields.get(1)?, *fields.get(3)?))
+        })
+        .filter(|(addr, state)| addr.ends_with(&local) && matches!(*state, "01" | "08"))
+        .count();
+    Some(open)
+}
+
+/// 1,000 replacements of this job say `JOIN` one after another (300 of them took rank 0 from 3
+/// threads to 303 before the cap): the first world's size of them wait, the rest are refused with a
+/// line; rank 0's connection threads and its connections stay within the cap all along.
+#[test]
+fn a_thousand_joins_leave_rank_0_within_its_caps() {
+    const WORLD: usize = 4;
+    let (c, master) = coordinator(WORLD);
+    let port = c.port();
+    let cap = crate::coordinator::thread_cap(WORLD);
+    let mut held: Vec<TcpStream> = Vec::new();
+    let mut most = (0, 0);
+    let by = Instant::now() + T;
+    for join in 0..1000 {
+        let conn = TcpStream::connect(&master).expect("connect");
+        let mut lines = Lines::new(conn.try_clone().expect("clone"));
+        // Refused before its proof when too many wait for theirs: that connection is closed.
+        if auth::prove(&mut lines, &token("job-a"), "JOIN", by).is_ok() {
+            held.push(conn);
+        }
+        if join % 50 == 49 {
+            // The connections rank 0 closed are let go here too (this process's descriptors).
+            held.retain(|conn| {
+                conn.set_nonblocking(true).expect("nonblocking");
+                !matches!(conn.peek(&mut [0u8; 1]), Ok(0))
+            });
+            let connections = rank0_connections(port).unwrap_or(0);
+            most = (most.0.max(c.threads()), most.1.max(connections));
+            assert!(c.waiting() <= WORLD, "{} replacements wait", c.waiting());
+        }
+    }
+    assert!(
+        most.0 <= cap,
+        "rank 0 ran {} connection threads, over {cap}",
+        most.0
+    );
+    assert!(
+        most.1 <= cap,
+        "rank 0 held {} connections, over {cap}",
+        most.1
+    );
+    if rank0_connections(port).is_none() {
+        metrale_gpu_testkit::skip::skip_check(
+            "connections",
+            "/proc/net/tcp cannot be read: only the thread count was checked",
+        );
+    }
+    assert_eq!(c.waiting(), WORLD, "the first world's size of them wait");
+    let err = c.wait_members(Duration::ZERO).expect_err("no ranks came");
+    assert!(
+        err.contains("replacements wait already, the most (4"),
+        "{err}"
     );
 }
