@@ -21,6 +21,10 @@
 //! - `late`: 8 ranks, 2 killed; the replacements start 3 s after rank 0 says it trains below full size,
 //!   and grow the world that kept training;
 //! - `never`: 8 ranks, 2 killed, no replacement: the survivors train on at 6 to the last round;
+//! - `frozen`: 8 ranks, one stopped with SIGSTOP at a random moment of the steady loop (its process
+//!   alive, its connection open and silent): rank 0 hears no heartbeat and treats it as dead, the
+//!   survivors train on at 7 and a replacement grows the world back to 8; the plan without it must come
+//!   within D + 2 s of the stop (the library's `Bounds::frozen`);
 //! - `coordinator`: 4 ranks, rank 0 killed in the steady loop: every other rank must end with the
 //!   example's clear error (rank 0 is gone) within twice the deadline;
 //! - `strays`: 4x1 with a job token (`METRALE_JOB_TOKEN`) and a stream of stray connections to rank 0's
@@ -155,6 +159,8 @@ enum Scenario {
     Late,
     /// 2 of 8 killed; no replacement.
     Never,
+    /// 1 of 8 stopped (SIGSTOP), not killed.
+    Frozen,
     Coordinator,
     /// 4x1 among stray connections, with a job token.
     Strays,
@@ -171,6 +177,7 @@ fn all() -> Vec<Scenario> {
     let rest = [
         Scenario::Late,
         Scenario::Never,
+        Scenario::Frozen,
         Scenario::Coordinator,
         Scenario::Strays,
     ];
@@ -196,6 +203,7 @@ impl Scenario {
             Scenario::Random { ranks, deaths } => format!("{ranks}r{deaths}"),
             Scenario::Late => "late".into(),
             Scenario::Never => "never".into(),
+            Scenario::Frozen => "frozen".into(),
             Scenario::Coordinator => "coordinator".into(),
             Scenario::Strays => "strays".into(),
         }
@@ -206,7 +214,7 @@ impl Scenario {
             Scenario::Deaths { ranks, .. }
             | Scenario::Second { ranks, .. }
             | Scenario::Random { ranks, .. } => ranks,
-            Scenario::Late | Scenario::Never => 8,
+            Scenario::Late | Scenario::Never | Scenario::Frozen => 8,
             Scenario::Coordinator | Scenario::Strays => 4,
         }
     }
@@ -228,7 +236,7 @@ impl Scenario {
                 (deaths / 2, later)
             }
             Scenario::Late | Scenario::Never => (2, Vec::new()),
-            Scenario::Coordinator | Scenario::Strays => (1, Vec::new()),
+            Scenario::Coordinator | Scenario::Strays | Scenario::Frozen => (1, Vec::new()),
         }
     }
 
@@ -413,6 +421,21 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// SIGSTOPs process `index` (it stays, stopped, until the run ends: dropped, it is killed); the
+    /// moment, in µs since the epoch.
+    fn freeze(&mut self, index: usize) -> u128 {
+        let at = unix_us();
+        let pid = self.procs[index].pid().to_string();
+        let stopped = Command::new("kill").args(["-STOP", &pid]).status();
+        assert!(
+            stopped.as_ref().is_ok_and(|s| s.success()),
+            "kill -STOP {pid}: {stopped:?}"
+        );
+        self.killed[index] = true;
+        println!("{}: stopped {}", self.name, self.procs[index].name);
+        at
+    }
+
     /// SIGKILLs process `index`; the moment, in µs since the epoch.
     fn kill(&mut self, index: usize) -> u128 {
         let at = unix_us();
@@ -549,7 +572,10 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
     let (first, mut later) = scenario.deaths();
     let killed_at = pick((1..ranks).collect(), first)
         .into_iter()
-        .map(|i| r.kill(i))
+        .map(|i| match scenario {
+            Scenario::Frozen => r.freeze(i),
+            _ => r.kill(i),
+        })
         .min()
         .unwrap_or(0);
     // Rank 0's lines steer the rest: replacements when it trains below full size, the later kills.
@@ -663,7 +689,16 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
         return Err("rank 0 did not train on before the late replacements came".into());
     }
     let killed = r.killed.iter().filter(|&&k| k).count();
-    measure(&rank0, killed_at, size).map(|t| Some(Times { killed, ..t }))
+    let times = measure(&rank0, killed_at, size)?;
+    // The plan without the frozen rank: rank 0 gave up (detect), revoked, agreed.
+    let excluded_ms = times.detect_ms + times.revoke_ms + times.agree_ms;
+    let bound_ms = (r.deadline + Duration::from_secs(2)).as_secs_f64() * 1e3;
+    if scenario == Scenario::Frozen && excluded_ms > bound_ms {
+        return Err(format!(
+            "the frozen rank was left out {excluded_ms:.1} ms after its stop, over D + 2 s ({bound_ms:.0} ms)"
+        ));
+    }
+    Ok(Some(Times { killed, ..times }))
 }
 
 /// The job token's variable (metrale-gpu-launch's `token`).
@@ -938,6 +973,7 @@ scenarios! {
     sixteen_ranks_four_deaths_at_random: Scenario::Random { ranks: 16, deaths: 4 };
     replacements_arriving_late: Scenario::Late;
     replacements_never_arriving: Scenario::Never;
+    eight_ranks_one_frozen: Scenario::Frozen;
     coordinator_killed: Scenario::Coordinator;
     four_ranks_one_killed_among_strays: Scenario::Strays;
 }

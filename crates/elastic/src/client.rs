@@ -3,12 +3,13 @@
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::coordinator::WRITE_BOUND;
 use crate::membership::{lock, shared, wait_until, Shared};
-use crate::protocol::{Held, Message, Plan, LINE_CAP};
+use crate::protocol::{Held, Message, Plan, BEAT_EVERY, LINE_CAP};
 use metrale_gpu_launch::auth::{self, Refused};
 use metrale_gpu_launch::backoff::{self, Backoff};
 use metrale_gpu_launch::line::Lines;
@@ -47,13 +48,31 @@ fn send(conn: &Writer, message: &Message) -> Result<(), String> {
 pub struct Client {
     conn: Writer,
     inbox: Shared<Inbox>,
+    /// Set when it is dropped: its beat ends.
+    stopped: Arc<AtomicBool>,
 }
 
 impl Drop for Client {
     fn drop(&mut self) {
+        self.stopped.store(true, Ordering::Release);
         let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         let _ = conn.shutdown(Shutdown::Both);
     }
+}
+
+/// Says `BEAT` on `conn` every [`BEAT_EVERY`] until `stopped` or the connection fails, from a thread
+/// of its own: whatever the rank's own thread does (a long NCCL call, a slow step), rank 0 hears that
+/// the process lives; a frozen process says nothing ([`crate::protocol::SILENCE`]).
+fn beat(conn: Writer, stopped: Arc<AtomicBool>) -> Result<(), String> {
+    let beating = std::thread::Builder::new().name("rendezvous beat".into());
+    beating
+        .spawn(move || {
+            while !stopped.load(Ordering::Acquire) && send(&conn, &Message::Beat).is_ok() {
+                std::thread::sleep(BEAT_EVERY);
+            }
+        })
+        .map(drop)
+        .map_err(|e| format!("no thread for the heartbeat: {e}"))
 }
 
 /// A replacement's place in the grown communicator.
@@ -206,7 +225,13 @@ impl Client {
                 filed.1.notify_all();
             })
             .map_err(|e| format!("no thread for rank 0's messages: {e}"))?;
-        Ok(Client { conn, inbox })
+        let stopped = Arc::new(AtomicBool::new(false));
+        beat(Arc::clone(&conn), Arc::clone(&stopped))?;
+        Ok(Client {
+            conn,
+            inbox,
+            stopped,
+        })
     }
 
     fn send(&self, message: &Message) -> Result<(), String> {

@@ -18,9 +18,10 @@
 //! and waits until each has the order (`READY`) before it starts that round: no member can finish the
 //! round without rank 0, so every member holds the order when it does.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,8 +29,9 @@ use metrale_gpu_launch::door::{self, Door, Ticket};
 use metrale_gpu_launch::line::Lines;
 use metrale_gpu_launch::token::JobToken;
 
+use crate::clock::{Clock, Monotonic};
 use crate::membership::{lock, shared, wait_until, NewId, Order, Shared};
-use crate::protocol::{rank_list, Held, How, Message, Plan, LINE_CAP};
+use crate::protocol::{rank_list, Held, How, Message, Plan, LINE_CAP, SILENCE};
 
 /// A member of the current generation, in rank order; rank 0 itself has no connection.
 struct Member {
@@ -107,9 +109,58 @@ struct Roster {
     grow: Option<Announced>,
     /// The first unique id, for `HELLO`.
     id: String,
+    /// When rank 0 last heard from each admitted connection (any line, `BEAT` most often), on
+    /// `clock`.
+    heard: HashMap<u64, Duration>,
+    clock: Arc<dyn Clock>,
 }
 
 impl Roster {
+    /// Connection `key` said something now.
+    fn heard(&mut self, key: u64) {
+        let now = self.clock.now();
+        self.heard.insert(key, now);
+    }
+
+    /// Every member and waiting replacement silent for more than [`SILENCE`] on the clock is dead: a
+    /// member is told `EXCLUDED` and its generation is lost, as a death's; a replacement leaves the
+    /// queue. One that still beats, however slow its training, never is.
+    fn check_beats(&mut self) {
+        let now = self.clock.now();
+        let heard = &self.heard;
+        let silent = |key: u64| {
+            heard
+                .get(&key)
+                .is_some_and(|&t| now.saturating_sub(t) > SILENCE)
+        };
+        let quiet: Vec<usize> = (0..self.members.len())
+            .filter(|&i| {
+                let m = &self.members[i];
+                m.alive && !m.done && m.conn.is_some() && m.key.is_some_and(silent)
+            })
+            .collect();
+        let (gone, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.joiners)
+            .into_iter()
+            .partition(|(key, _)| silent(*key));
+        self.joiners = waiting;
+        for (_, conn) in gone {
+            eprintln!(
+                "rank 0: rendezvous: a waiting replacement said nothing for {SILENCE:?}: let go"
+            );
+            let _ = conn.shutdown(Shutdown::Both);
+        }
+        let gen = self.gen;
+        for rank in quiet {
+            let why = format!(
+                "rank {rank} of generation {gen} said nothing for {SILENCE:?} (frozen, or cut off)"
+            );
+            self.members[rank].dismiss(&Message::Excluded {
+                why: format!("{why}: treated as dead"),
+            });
+            self.declare_lost(gen, why);
+        }
+    }
+
     fn rank_of(&self, key: u64) -> Option<usize> {
         self.members.iter().position(|m| m.key == Some(key))
     }
@@ -136,6 +187,7 @@ impl Roster {
     /// A watcher read the end of connection `key`.
     fn ended(&mut self, key: u64) {
         self.joiners.retain(|(k, _)| *k != key);
+        self.heard.remove(&key);
         let Some(rank) = self.rank_of(key) else {
             return;
         };
@@ -149,6 +201,10 @@ impl Roster {
     }
 
     fn received(&mut self, key: u64, message: Message) -> Result<(), String> {
+        // A waiting replacement beats too: heard (by the caller), nothing to file.
+        if message == Message::Beat {
+            return Ok(());
+        }
         let rank = self
             .rank_of(key)
             .ok_or(format!("{message} from a connection that is no member"))?;
@@ -204,6 +260,10 @@ impl Roster {
     }
 }
 
+/// How often rank 0 looks for members silent past [`SILENCE`]: a frozen member is dead within
+/// `SILENCE + BEAT_CHECK` (1.75 s) of its last line.
+pub const BEAT_CHECK: Duration = Duration::from_millis(250);
+
 /// How long rank 0 may take to write a line to a member or a waiting replacement: far above what a
 /// live one's reader (a thread that does nothing else) needs, so that a member that reads nothing
 /// (frozen, its socket's buffer full) costs rank 0 at most this, once; it is then dead.
@@ -231,6 +291,14 @@ pub struct Coordinator {
     /// Connection threads running, for the tests.
     #[cfg(test)]
     threads: Arc<AtomicUsize>,
+    /// Set when it is dropped: the heartbeats' thread ends.
+    closed: Arc<AtomicBool>,
+}
+
+impl Drop for Coordinator {
+    fn drop(&mut self) {
+        self.closed.store(true, Ordering::Release);
+    }
 }
 
 /// A connection thread's place in the count; dropping it (the thread ends, or never started) frees it.
@@ -260,6 +328,18 @@ impl Coordinator {
         id: &str,
         token: JobToken,
     ) -> Result<Coordinator, String> {
+        Coordinator::listen_with(master, (world, min), id, token, Arc::new(Monotonic::new()))
+    }
+
+    /// [`Coordinator::listen_for`] for a world of `world` ranks going on down to `min`, reading its
+    /// members' silence on `clock`: a thread looks every [`BEAT_CHECK`].
+    pub fn listen_with(
+        master: &str,
+        (world, min): (usize, usize),
+        id: &str,
+        token: JobToken,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Coordinator, String> {
         let listener = door::bind(master)?;
         let port = listener.local_addr().map_err(|e| e.to_string())?.port();
         let mut members = vec![Member::new(None, Some(0), 0)];
@@ -273,7 +353,21 @@ impl Coordinator {
             min,
             grow: None,
             id: id.to_string(),
+            heard: HashMap::new(),
+            clock,
         });
+        let closed = Arc::new(AtomicBool::new(false));
+        let (checked, watching) = (Arc::clone(&roster), Arc::clone(&closed));
+        std::thread::Builder::new()
+            .name("rank 0 heartbeats".into())
+            .spawn(move || {
+                while !watching.load(Ordering::Acquire) {
+                    std::thread::sleep(BEAT_CHECK);
+                    lock(&checked).check_beats();
+                    checked.1.notify_all();
+                }
+            })
+            .map_err(|e| format!("rank 0: no thread for the heartbeats: {e}"))?;
         let door = Door::new("rank 0", token, door::pending_cap(world));
         let threads = Arc::new(AtomicUsize::new(0));
         let accepting = (Arc::clone(&roster), Arc::clone(&door), Arc::clone(&threads));
@@ -285,6 +379,7 @@ impl Coordinator {
             roster,
             port,
             door,
+            closed,
             #[cfg(test)]
             threads,
         })
@@ -557,6 +652,22 @@ impl Coordinator {
         lock(&self.roster).joiners.len()
     }
 
+    /// When rank 0 last heard from rank `rank`, on its clock, for the tests.
+    #[cfg(test)]
+    pub fn heard(&self, rank: usize) -> Option<Duration> {
+        let r = lock(&self.roster);
+        let key = r.members.get(rank)?.key?;
+        r.heard.get(&key).copied()
+    }
+
+    /// One look for silent members now, as the heartbeats' thread makes every [`BEAT_CHECK`], for
+    /// the tests.
+    #[cfg(test)]
+    pub fn check_beats(&self) {
+        lock(&self.roster).check_beats();
+        self.roster.1.notify_all();
+    }
+
     /// Connection threads running, for the tests.
     #[cfg(test)]
     pub fn threads(&self) -> usize {
@@ -646,7 +757,10 @@ fn serve(
         let filed = match lines.next(LINE_CAP, None) {
             Ok(None) => break,
             Ok(Some(line)) => Message::parse(&line).and_then(|m| {
-                let filed = lock(roster).received(key, m);
+                let mut r = lock(roster);
+                r.heard(key);
+                let filed = r.received(key, m);
+                drop(r);
                 roster.1.notify_all();
                 filed
             }),
@@ -692,6 +806,7 @@ fn admit(
         Message::Join => r.joiners.push((key, conn)),
         other => return Err(format!("is not a member of this job (said {other})")),
     }
+    r.heard(key);
     roster.1.notify_all();
     Ok(())
 }

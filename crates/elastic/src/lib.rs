@@ -22,6 +22,7 @@
 #[cfg(any(nccl_2_29, test))]
 mod bounded;
 mod client;
+mod clock;
 pub mod config;
 mod coordinator;
 pub mod fabric;

@@ -181,18 +181,26 @@ impl Membership for Client {
     }
 }
 
-/// How long each step of a recovery may take, from the deadline D ([`crate::Config::deadline`]). A member gives up on a
-/// lost collective within D of the rendezvous's news (its revoke's quiescence wait), so rank 0 waits
-/// `report` = 2D + 1 s for reports before it treats the silent as dead; a member waits for the plan
-/// `plan` = 4D + 2 s (rank 0's own give-up, up to 2D, then its report wait); making the next
-/// communicator (shrink, init, grow) may take `setup` = 4D. Rank 0 waits `ready` = D/2 for the members
-/// to confirm a grow: they wait for rank 0 in the round before it, at most D.
-#[derive(Clone, Copy, Debug)]
+/// How long each step of a recovery may take, from the deadline D ([`crate::Config::deadline`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Bounds {
+    /// 2D + 1 s: how long rank 0 waits for every live member's report on a lost generation before it
+    /// treats the silent as dead. A member gives up on a lost collective within D of the news (its
+    /// revoke's quiescence wait).
     pub report: Duration,
+    /// 4D + 2 s: how long a member waits for the plan (rank 0's own give-up, up to 2D, then its
+    /// report wait).
     pub plan: Duration,
+    /// 4D: making the next communicator (shrink, init, grow).
     pub setup: Duration,
+    /// D/2: how long rank 0 waits for the members to confirm a grow (they wait for rank 0 in the round
+    /// before it, at most D).
     pub ready: Duration,
+    /// D + 1.75 s: from a frozen member's last line (its process stopped: SIGSTOP, a hung host, its
+    /// connection open and silent) to the plan without it. Rank 0 treats it as dead after
+    /// [`crate::protocol::SILENCE`] without a line, looking every 250 ms, and tells the others at
+    /// once; they give up within D and agree without waiting for it.
+    pub frozen: Duration,
 }
 
 impl Bounds {
@@ -205,6 +213,7 @@ impl Bounds {
             plan: 4 * deadline + 2 * second,
             setup: 4 * deadline,
             ready: deadline / 2,
+            frozen: crate::protocol::SILENCE + crate::coordinator::BEAT_CHECK + deadline,
         }
     }
 }
@@ -215,9 +224,15 @@ mod tests {
 
     use super::*;
     use crate::client::Joined;
-    use crate::protocol::How;
+    use crate::protocol::{How, LINE_CAP, SILENCE};
     use crate::{bounded, client};
+    use metrale_gpu_launch::auth;
+    use metrale_gpu_launch::line::Lines;
+    use metrale_gpu_launch::token::JobToken;
+    use std::io::Write;
+    use std::net::TcpStream;
     use std::sync::mpsc;
+    use std::sync::Arc;
 
     const T: Duration = Duration::from_secs(10);
 
@@ -619,6 +634,79 @@ mod tests {
         let why = wait_for("rank 0 hears of it", || c.lost(2));
         assert_eq!(why, "the rendezvous: rank 3 lost generation 2");
         assert_eq!(c.lost(3), None);
+    }
+
+    /// A first-world rank that says nothing after its hello unless the test writes for it: a frozen
+    /// process (its connection open, silent). Its connection, and its lines after the id.
+    fn raw_member(master: &str, rank: usize) -> (TcpStream, Lines) {
+        let conn = TcpStream::connect(master).expect("connect");
+        let mut lines = Lines::new(conn.try_clone().expect("clone"));
+        let by = Instant::now() + T;
+        let hello = format!("HELLO {rank}");
+        auth::prove(&mut lines, &JobToken::none(), &hello, by).expect("admitted");
+        let id = lines.next(LINE_CAP, Some(by)).expect("the id");
+        assert_eq!(id.as_deref(), Some("ID f00d"));
+        (conn, lines)
+    }
+
+    /// On a test clock: rank 1 beats every 250 ms of it, rank 2 is frozen from its hello on. Rank 2 is
+    /// not dead at 1.5 s of silence, is at 1.75 s (the silence bound, then the check after it), and the
+    /// others are told at once; rank 1, however slow its training, beats and is never excluded. The
+    /// plan then leaves rank 2 out without waiting for its report: the frozen rank is excluded within
+    /// D + 1.75 s, where waiting for its report took 3D + 1 s.
+    #[test]
+    fn a_frozen_member_is_excluded_within_its_bound_and_one_that_beats_never() {
+        let clock = Arc::new(crate::clock::TestClock::default());
+        let c = Coordinator::listen_with(
+            "127.0.0.1:0",
+            (3, 1),
+            "f00d",
+            JobToken::none(),
+            Arc::clone(&clock) as Arc<dyn crate::clock::Clock>,
+        )
+        .expect("listens");
+        let master = format!("127.0.0.1:{}", c.port());
+        let (mut slow, mut slow_lines) = raw_member(&master, 1);
+        let (_frozen, mut frozen_lines) = raw_member(&master, 2);
+        c.wait_members(T).expect("every rank connects");
+        let beat = crate::coordinator::BEAT_CHECK;
+        for tick in 1..=12u32 {
+            let now = beat * tick;
+            clock.set(now);
+            writeln!(slow, "BEAT").expect("beat");
+            wait_for("rank 0 hears the beat", || {
+                (c.heard(1) == Some(now)).then_some(())
+            });
+            c.check_beats();
+            match now > SILENCE {
+                false => assert_eq!(c.lost(0), None, "at {now:?}"),
+                true => assert_eq!(
+                    c.lost(0).as_deref(),
+                    Some("the rendezvous: rank 2 of generation 0 said nothing for 1.5s (frozen, or cut off)"),
+                    "at {now:?}"
+                ),
+            }
+        }
+        let by = Some(Instant::now() + T);
+        let told = frozen_lines.next(LINE_CAP, by).expect("a line");
+        assert!(told
+            .is_some_and(|l| l.starts_with("EXCLUDED rank 2") && l.ends_with("treated as dead")));
+        let news = slow_lines.next(LINE_CAP, by).expect("a line");
+        assert!(news.is_some_and(|l| l.starts_with("RECOVER 0 rank 2")));
+        writeln!(slow, "LOST 0 revoked").expect("report");
+        let b = bounds(100_000); // a report bound no test would wait out
+        let start = Instant::now();
+        let own = c.recover((0, Held::Revoked), 7, b.report, &mut no_id);
+        assert!(
+            start.elapsed() < b.report,
+            "waited for the frozen rank's report"
+        );
+        let shrink = How::Shrink { exclude: vec![2] };
+        assert_eq!(own.map(|p| (p.size, p.how)), Ok((2, shrink)));
+        let plan = slow_lines.next(LINE_CAP, by).expect("a line");
+        assert_eq!(plan.as_deref(), Some("SHRINK 1 1 2 7 2"));
+        let d = Duration::from_secs(5);
+        assert!(Bounds::new(d).frozen <= d + Duration::from_secs(2));
     }
 
     #[test]
