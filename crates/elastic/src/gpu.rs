@@ -18,6 +18,49 @@ use crate::nccl;
 /// it came with. Rounds are numbered across the job; after a recovery, a round some rank did not
 /// finish is run again, so a round's work must be redoable (the step's inputs kept until its
 /// [`finish`](Training::finish)).
+///
+/// ```no_run
+/// use std::os::raw::c_void;
+///
+/// use metrale_gpu_elastic::{Config, Place, Training};
+/// use metrale_gpu_sys::cuda::CUstream;
+/// use metrale_gpu_sys::nccl::{ncclAllReduce, NcclComm, NcclDataType, NcclRedOp, NcclResult};
+///
+/// /// Gradients on this rank's GPU, summed over the ranks every round.
+/// struct Sgd {
+///     grads: *mut c_void,
+///     count: usize,
+/// }
+///
+/// impl Training for Sgd {
+///     fn step(
+///         &mut self,
+///         _world: Place,
+///         _round: usize,
+///         comm: NcclComm,
+///         stream: CUstream,
+///     ) -> Result<NcclResult, String> {
+///         // The forward and backward pass, queued on `stream`, then:
+///         let (f32, sum) = (NcclDataType::ncclFloat32, NcclRedOp::ncclSum);
+///         // SAFETY: `grads` holds `count` floats on this rank's GPU; the sum is queued on `stream`.
+///         Ok(unsafe { ncclAllReduce(self.grads, self.grads, self.count, f32, sum, comm, stream) })
+///     }
+///
+///     fn world_changed(&mut self, world: Place) {
+///         // A real job reshards, or rescales its learning rate, here.
+///         eprintln!("now rank {} of {}", world.rank, world.size);
+///     }
+/// }
+///
+/// fn main() -> Result<(), String> {
+///     // `--rank`/`--world-size`/`--master`, torchrun's, Slurm's, Open MPI's or PMI's variables;
+///     // `--join` for a replacement; `--deadline`, `--iters`, `--min-size`.
+///     let args: Vec<String> = std::env::args().skip(1).collect();
+///     let config = Config::from_args(&args, &|name| std::env::var(name).ok())?;
+///     let mut sgd = Sgd { grads: std::ptr::null_mut(), count: 0 }; // cuMemAlloc'd in a real job
+///     metrale_gpu_elastic::run(&config, &mut sgd)
+/// }
+/// ```
 pub trait Training {
     /// Queues round `round`'s work (for example: copy the gradients in, `ncclAllReduce`, copy the sum
     /// out) on `comm` and `stream`, as rank `world.rank` of `world.size`. Returns the status of its

@@ -4,11 +4,11 @@
 //! (`ncclCommGrow`), up to the first world's size. Every wait has a bound ([`Bounds`]); the README
 //! beside this crate lists them, and what each failure comes to.
 //!
-//! A training loop gives [`Training`] (a round's work on the communicator of the moment) to [`run`],
-//! with a [`Config`] read from the launcher's variables (torchrun, Slurm, Open MPI, PMI) or flags. The
-//! GPU side needs NCCL 2.29+ headers (`ncclCommRevoke`, `ncclCommShrink` of a revoked communicator,
+//! A training loop gives `Training` (a round's work on the communicator of the moment; its docs have
+//! the whole API in one example) to `run`, with a [`Config`] read from the launcher's variables
+//! (torchrun, Slurm, Open MPI, PMI) or flags. The GPU side needs NCCL 2.29+ headers (`ncclCommRevoke`, `ncclCommShrink` of a revoked communicator,
 //! `ncclCommGrow`); built against older ones, the crate has the protocol ([`run_with`] on any
-//! [`Fabric`]) and no [`run`].
+//! [`Fabric`]) and no `run`.
 //!
 //! - [`config`]: where a rank stands and the job's bounds, each value checked.
 //! - [`membership`]: who is alive, the agreement and the grows behind one seam, [`Membership`]; the

@@ -1,6 +1,6 @@
 //! Who is alive: the rendezvous that hands out the unique ids, tells the survivors who died and makes
 //! them agree on what comes next ([`Membership`]). In the embedded backend rank 0 coordinates
-//! ([`Coordinator`]); every other process keeps one connection to it ([`Client`]); the messages are in
+//! (`coordinator.rs`); every other process keeps one connection to it (`client.rs`); the messages are in
 //! `protocol.rs`.
 //!
 //! The kernel closes the sockets of a process that dies, even by SIGKILL, so rank 0 reads the end of a
@@ -67,7 +67,7 @@ pub enum Order {
 
 /// Who is alive and what comes next, as one rank sees it: the seam between a rank's life
 /// ([`crate::run_with`]) and where the membership is kept. The embedded backend keeps it in rank 0
-/// (the [`Coordinator`] on rank 0, a [`Client`] on every other rank); another backend (an external
+/// (a coordinator on rank 0, a client of it on every other rank); another backend (an external
 /// store) implements the same calls. Every call is bounded by its argument or by [`Bounds`].
 pub trait Membership {
     /// Why the communicator of generation `gen` must be given up on, once the membership says so.

@@ -53,7 +53,7 @@ pub fn bind(master: &str) -> Result<TcpListener, String> {
         false => IpAddr::from([0, 0, 0, 0]),
     };
     TcpListener::bind((ip, port))
-        .map_err(|e| format!("rank 0 cannot listen on {ip} port {port}: {e}"))
+        .map_err(|e| format!("rank 0 cannot listen on port {port}: {e} (on {ip})"))
 }
 
 /// How many refusals the final error names; the rest are counted.

@@ -8,7 +8,7 @@
 //!   with an HMAC-SHA256 over the other's fresh nonce; the token never crosses the wire.
 //! - [`door`]: rank 0's door: whatever reaches its port is a stranger until its hello is read within
 //!   its bounds and proved; strays are refused with a line, never the end of the job.
-//! - [`line`]: a peer's lines, each bounded in bytes and in time.
+//! - [`line`](mod@line): a peer's lines, each bounded in bytes and in time.
 //! - [`backoff`]: how a rank tries again when rank 0 closed its connection without a word.
 //! - [`rendezvous`]: rank 0 hands its `ncclUniqueId` (any fixed number of bytes) to the other ranks.
 //! - [`hex`]: bytes as hex and back.

@@ -5,7 +5,7 @@
 /// them an 8 MiB line without a newline (holding it would take 8 MiB and more).
 const FLOOD_BOUND_KIB: u64 = 6 << 10;
 
-/// Asserts that the peak RSS grows by less than [`FLOOD_BOUND_KIB`] while `pass(true)` runs with the
+/// Asserts that the peak RSS grows by less than `FLOOD_BOUND_KIB` (6 MiB) while `pass(true)` runs with the
 /// flood. `pass(false)`, the same without it, runs first: it warms up what a first run costs once
 /// (threads' stacks and allocator arenas, and under an emulator such as qemu-user its translated
 /// code), so that the figure is what the flood costs; an allocator keeping the warm-up's memory cannot
