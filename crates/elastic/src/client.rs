@@ -44,15 +44,39 @@ fn send(conn: &Writer, message: &Message) -> Result<(), String> {
         .map_err(|e| format!("telling rank 0 {message}: {e} ({COORDINATOR_GONE})"))
 }
 
-/// Dropping it ends the connection, as the process's death does.
-pub struct Client {
+/// An admitted connection to rank 0 and its beat: `BEAT` every [`BEAT_EVERY`] from a thread of its
+/// own, from admission on (a replacement waiting for its grow too), so that whatever the rank's own
+/// thread does (a long NCCL call, a slow step) rank 0 hears that the process lives; a frozen process
+/// says nothing ([`crate::protocol::SILENCE`]). Every write is bounded ([`WRITE_BOUND`]: a coordinator
+/// that reads nothing is gone). Dropping it ends the beat and the connection, as the process's death
+/// does.
+struct Link {
     conn: Writer,
-    inbox: Shared<Inbox>,
-    /// Set when it is dropped: its beat ends.
     stopped: Arc<AtomicBool>,
 }
 
-impl Drop for Client {
+impl Link {
+    fn start(conn: TcpStream) -> Result<Link, String> {
+        conn.set_write_timeout(Some(WRITE_BOUND))
+            .map_err(|e| format!("bounding the writes to rank 0: {e}"))?;
+        let link = Link {
+            conn: Arc::new(Mutex::new(conn)),
+            stopped: Arc::new(AtomicBool::new(false)),
+        };
+        let (conn, stopped) = (Arc::clone(&link.conn), Arc::clone(&link.stopped));
+        std::thread::Builder::new()
+            .name("rendezvous beat".into())
+            .spawn(move || {
+                while !stopped.load(Ordering::Acquire) && send(&conn, &Message::Beat).is_ok() {
+                    std::thread::sleep(BEAT_EVERY);
+                }
+            })
+            .map_err(|e| format!("no thread for the heartbeat: {e}"))?;
+        Ok(link)
+    }
+}
+
+impl Drop for Link {
     fn drop(&mut self) {
         self.stopped.store(true, Ordering::Release);
         let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
@@ -60,19 +84,10 @@ impl Drop for Client {
     }
 }
 
-/// Says `BEAT` on `conn` every [`BEAT_EVERY`] until `stopped` or the connection fails, from a thread
-/// of its own: whatever the rank's own thread does (a long NCCL call, a slow step), rank 0 hears that
-/// the process lives; a frozen process says nothing ([`crate::protocol::SILENCE`]).
-fn beat(conn: Writer, stopped: Arc<AtomicBool>) -> Result<(), String> {
-    let beating = std::thread::Builder::new().name("rendezvous beat".into());
-    beating
-        .spawn(move || {
-            while !stopped.load(Ordering::Acquire) && send(&conn, &Message::Beat).is_ok() {
-                std::thread::sleep(BEAT_EVERY);
-            }
-        })
-        .map(drop)
-        .map_err(|e| format!("no thread for the heartbeat: {e}"))
+/// A member's side, for the process's life.
+pub struct Client {
+    link: Link,
+    inbox: Shared<Inbox>,
 }
 
 /// A replacement's place in the grown communicator.
@@ -97,22 +112,25 @@ impl Client {
         hello: &Message,
         token: &JobToken,
         timeout: Duration,
-    ) -> Result<(TcpStream, Lines, Message), String> {
+    ) -> Result<(Link, Lines, Message), String> {
         let deadline = Instant::now() + timeout;
         let mut backoff = Backoff::until(deadline);
         let mut connect_within = timeout;
         loop {
             let conn = placement::connect(master, connect_within)?;
             let mut lines = Lines::new(conn.try_clone().map_err(|e| e.to_string())?);
-            let reply = match auth::prove(&mut lines, token, &hello.to_string(), deadline) {
-                Ok(()) => lines.next(LINE_CAP, Some(deadline)),
-                Err(Refused::Closed) => Ok(None),
+            let (link, reply) = match auth::prove(&mut lines, token, &hello.to_string(), deadline) {
+                Ok(()) => (
+                    Some(Link::start(conn)?),
+                    lines.next(LINE_CAP, Some(deadline)),
+                ),
+                Err(Refused::Closed) => (None, Ok(None)),
                 Err(Refused::Failed(why)) => return Err(format!("rank 0 at {master}: {why}")),
             };
-            match reply {
-                Ok(Some(reply)) => return Ok((conn, lines, Message::parse(&reply)?)),
-                Ok(None) => {}
-                Err(e) => {
+            match (link, reply) {
+                (Some(link), Ok(Some(reply))) => return Ok((link, lines, Message::parse(&reply)?)),
+                (_, Ok(Some(_)) | Ok(None)) => {}
+                (_, Err(e)) => {
                     return Err(format!(
                         "no answer from rank 0 at {master} within {timeout:?}: {e}"
                     ))
@@ -143,7 +161,7 @@ impl Client {
         timeout: Duration,
     ) -> Result<(Client, String), String> {
         match Client::connect(master, &Message::Hello { rank }, token, timeout)? {
-            (conn, lines, Message::Id { id }) => Ok((Client::listen(conn, lines)?, id)),
+            (link, lines, Message::Id { id }) => Ok((Client::listen(link, lines)?, id)),
             (_, _, other) => Err(format!("rank 0 answered {other}, not an id")),
         }
     }
@@ -153,7 +171,7 @@ impl Client {
         let token = JobToken::of_this_job(master, "replacement")?;
         match Client::connect(master, &Message::Join, &token, timeout)? {
             (
-                conn,
+                link,
                 lines,
                 Message::GrowId {
                     gen,
@@ -170,21 +188,16 @@ impl Client {
                     after,
                     id,
                 };
-                Ok((Client::listen(conn, lines)?, joined))
+                Ok((Client::listen(link, lines)?, joined))
             }
             (_, _, Message::End { why }) => Err(format!("rank 0 ended the job: {why}")),
             (_, _, other) => Err(format!("rank 0 answered {other}, not a grow id")),
         }
     }
 
-    /// From now on a thread files the coordinator's messages in the inbox. Every write to rank 0 is
-    /// bounded as rank 0's to it are ([`WRITE_BOUND`]): a coordinator that reads nothing is gone.
-    fn listen(conn: TcpStream, mut lines: Lines) -> Result<Client, String> {
-        // A connection that refuses the bound is no worse than before: its writes then block as
-        // the kernel's.
-        let _ = conn.set_write_timeout(Some(WRITE_BOUND));
-        let conn = Arc::new(Mutex::new(conn));
-        let answer = Arc::clone(&conn);
+    /// From now on a thread files the coordinator's messages in the inbox.
+    fn listen(link: Link, mut lines: Lines) -> Result<Client, String> {
+        let answer = Arc::clone(&link.conn);
         let inbox = shared(Inbox::default());
         let filed = Arc::clone(&inbox);
         let reader = std::thread::Builder::new().name("rendezvous inbox".into());
@@ -225,17 +238,11 @@ impl Client {
                 filed.1.notify_all();
             })
             .map_err(|e| format!("no thread for rank 0's messages: {e}"))?;
-        let stopped = Arc::new(AtomicBool::new(false));
-        beat(Arc::clone(&conn), Arc::clone(&stopped))?;
-        Ok(Client {
-            conn,
-            inbox,
-            stopped,
-        })
+        Ok(Client { link, inbox })
     }
 
     fn send(&self, message: &Message) -> Result<(), String> {
-        send(&self.conn, message)
+        send(&self.link.conn, message)
     }
 
     /// Why generation `gen` must be given up on: the coordinator declared it lost, or is gone.

@@ -651,9 +651,10 @@ mod tests {
 
     /// On a test clock: rank 1 beats every 250 ms of it, rank 2 is frozen from its hello on. Rank 2 is
     /// not dead at 1.5 s of silence, is at 1.75 s (the silence bound, then the check after it), and the
-    /// others are told at once; rank 1, however slow its training, beats and is never excluded. The
-    /// plan then leaves rank 2 out without waiting for its report: the frozen rank is excluded within
-    /// D + 1.75 s, where waiting for its report took 3D + 1 s.
+    /// others are told at once; rank 1, however slow its training, beats and is never excluded, nor is
+    /// a replacement that waits (it beats while it waits). The plan then leaves rank 2 out without
+    /// waiting for its report: the frozen rank is excluded within D + 1.75 s, where waiting for its
+    /// report took 3D + 1 s.
     #[test]
     fn a_frozen_member_is_excluded_within_its_bound_and_one_that_beats_never() {
         let clock = Arc::new(crate::clock::TestClock::default());
@@ -669,14 +670,17 @@ mod tests {
         let (mut slow, mut slow_lines) = raw_member(&master, 1);
         let (_frozen, mut frozen_lines) = raw_member(&master, 2);
         c.wait_members(T).expect("every rank connects");
+        let waiting = master.clone();
+        std::thread::spawn(move || Client::join(&waiting, T).map(drop));
+        wait_for("the replacement waits", || (c.waiting() == 1).then_some(()));
         let beat = crate::coordinator::BEAT_CHECK;
         for tick in 1..=12u32 {
             let now = beat * tick;
             clock.set(now);
             writeln!(slow, "BEAT").expect("beat");
-            wait_for("rank 0 hears the beat", || {
-                (c.heard(1) == Some(now)).then_some(())
-            });
+            // Rank 1's beat and the replacement's own, heard at `now`.
+            let beaten = || c.heard_all().iter().filter(|&&t| t == now).count() == 2;
+            wait_for("rank 0 hears the beats", || beaten().then_some(()));
             c.check_beats();
             match now > SILENCE {
                 false => assert_eq!(c.lost(0), None, "at {now:?}"),
@@ -693,6 +697,7 @@ mod tests {
             .is_some_and(|l| l.starts_with("EXCLUDED rank 2") && l.ends_with("treated as dead")));
         let news = slow_lines.next(LINE_CAP, by).expect("a line");
         assert!(news.is_some_and(|l| l.starts_with("RECOVER 0 rank 2")));
+        assert_eq!(c.waiting(), 1, "the replacement still waits");
         writeln!(slow, "LOST 0 revoked").expect("report");
         let b = bounds(100_000); // a report bound no test would wait out
         let start = Instant::now();

@@ -383,37 +383,40 @@ mod tests {
         );
     }
 
-    /// A rank of this job that claims a rank out of range is refused after its proof; it tries again
-    /// until its own deadline, and both sides say why.
-    #[test]
-    fn a_taken_or_impossible_rank_is_refused() {
-        let err = refused(|addr| {
-            let err = fetch_as::<ID_BYTES>(&addr, 7, &token("job"), Duration::from_millis(1000))
-                .expect_err("refused");
-            assert!(err.contains("rank 0 refused this process"), "{err}");
+    /// A client claiming `rank` with `job`'s token, against rank 0 of job `job` in a world of 2: what
+    /// the client ends with (it tries until its deadline), and what rank 0 says at its own.
+    fn refused_rank(rank: u32, job: &'static str) -> (String, String) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let rank0 = refused(move |addr| {
+            let mine = fetch_as::<ID_BYTES>(&addr, rank, &token(job), Duration::from_millis(1000));
+            let _ = tx.send(mine.expect_err("no id"));
         });
-        assert!(
-            err.contains("(claims rank 7, invalid or taken (world size 2))"),
-            "{err}"
-        );
+        (rx.recv().expect("the client's end"), rank0)
     }
 
-    /// Another job's rank (a token of its own) never gets the id: it finds rank 0 an impostor, and
-    /// rank 0 names it at its deadline.
+    /// A rank of this job that claims a rank out of range is refused after its proof; another job's
+    /// rank (a token of its own) finds rank 0 an impostor. Neither gets the id; both sides say why.
     #[test]
-    fn a_rank_of_another_job_gets_nothing_and_is_named() {
-        let err = refused(|addr| {
-            let err = fetch_as::<ID_BYTES>(&addr, 1, &token("job-b"), Duration::from_millis(1000))
-                .expect_err("an impostor to it");
-            assert!(
-                err.contains("did not prove it knows this job's token"),
-                "{err}"
-            );
-        });
-        assert!(
-            err.contains("a rank of another job (its token differs)"),
-            "{err}"
-        );
+    fn an_impossible_rank_or_another_jobs_rank_gets_nothing_and_is_named() {
+        let cases = [
+            (
+                7,
+                "job",
+                "rank 0 refused this process",
+                "(claims rank 7, invalid or taken (world size 2))",
+            ),
+            (
+                1,
+                "job-b",
+                "did not prove it knows this job's token",
+                "a rank of another job (its token differs)",
+            ),
+        ];
+        for (rank, job, mine, theirs) in cases {
+            let (client, rank0) = refused_rank(rank, job);
+            assert!(client.contains(mine), "{client}");
+            assert!(rank0.contains(theirs), "{rank0}");
+        }
     }
 
     /// A fake rank 0 without a token: the `n`th connection is closed at once (`None`) or admitted and
