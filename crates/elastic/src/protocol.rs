@@ -2,9 +2,9 @@
 //!
 //! Every communicator the ranks make is a generation, numbered from 0 (the first world); each recovery
 //! and each grow makes the next one. Member to coordinator:
-//! - `HELLO <rank>`: a rank of the first world; `JOIN`: a replacement, waiting for the next grow (on the
-//!   wire both end in the job token's field, ` token=<hex>`, which rank 0's door checks and strips
-//!   before this parser sees the line: `metrale_gpu_launch::token`);
+//! - `HELLO <rank>`: a rank of the first world; `JOIN`: a replacement, waiting for the next grow (each
+//!   the hello of the launch crate's exchange, `metrale_gpu_launch::auth`: on the wire it ends in its
+//!   proof of the job token, which rank 0's door checks and strips before this parser sees the line);
 //! - `LOST <gen> revoked|aborted`: this rank gave up on generation `gen` and holds it revoked (it can be
 //!   shrunk) or aborted (it cannot: NCCL reported an error, or the revoke did not end cleanly);
 //! - `READY <gen>`: this rank has the `GROW` to generation `gen` (its connection's thread answers at

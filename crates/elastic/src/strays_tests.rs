@@ -148,10 +148,10 @@ fn a_thousand_joins_leave_rank_0_within_its_caps() {
     let cap = crate::coordinator::thread_cap(WORLD);
     let mut held: Vec<TcpStream> = Vec::new();
     let mut most = (0, 0);
-    let by = Instant::now() + T;
     for join in 0..1000 {
         let conn = TcpStream::connect(&master).expect("connect");
         let mut lines = Lines::new(conn.try_clone().expect("clone"));
+        let by = Instant::now() + T;
         // Refused before its proof when too many wait for theirs: that connection is closed.
         if auth::prove(&mut lines, &token("job-a"), "JOIN", by).is_ok() {
             held.push(conn);
