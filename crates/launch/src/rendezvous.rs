@@ -1,12 +1,13 @@
 //! Hands rank 0's `ncclUniqueId` to the other ranks over TCP: the out-of-band step every multi-process NCCL
-//! program needs (torchrun uses its store; MPI programs `MPI_Bcast`). Rank 0 listens on `MASTER_PORT` on
-//! every interface (as torchrun does: `MASTER_ADDR` may resolve to a loopback address on rank 0's own
-//! host); each other rank connects to `MASTER_ADDR:MASTER_PORT`, says who it is, and reads the id.
+//! program needs (torchrun uses its store; MPI programs `MPI_Bcast`). Rank 0 listens on `MASTER_PORT`
+//! ([`door::bind`]: loopback alone for a loopback `MASTER_ADDR`, else every interface, with a job token);
+//! each other rank connects to `MASTER_ADDR:MASTER_PORT`, proves it belongs to the job and reads the id.
 //!
-//! Wire format: the client sends one line, `MGS2 <rank> token=<hex>` (the job token: `../gate/token.rs`);
-//! rank 0 answers `MGS2` and the id's bytes. Whatever else reaches the port is a stray connection
-//! (`../gate/mod.rs`): refused with a warning, never the end of the job; rank 0's deadline still bounds
-//! the whole wait, and its timeout error lists what it refused.
+//! Wire format: the exchange of [`crate::auth`], whose hello is `MGS2 <rank>`; rank 0 answers `MGS2`
+//! and the id's bytes. Whatever else reaches the port is a stray connection
+//! ([`crate::door`]): refused with a warning, never the end of the job; rank 0's deadline still bounds
+//! the whole wait, and its timeout error lists what it refused. The id is any fixed number of bytes
+//! (`ncclUniqueId`'s 128, `NCCL_UNIQUE_ID_BYTES`): this crate knows nothing of NCCL.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -14,57 +15,50 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use metrale_gpu_testkit::launcher;
-
-use crate::gate::backoff::{self, Backoff};
-use crate::gate::door::Door;
-use crate::gate::line::Lines;
-use crate::gate::token::JobToken;
-use crate::gate::HELLO_BOUND;
+use crate::auth::{self, Refused};
+use crate::backoff::{self, Backoff};
+use crate::door::{self, Door, HELLO_BOUND};
+use crate::line::Lines;
+use crate::placement;
+use crate::token::JobToken;
 
 const MAGIC: &str = "MGS2";
-/// The id's size, `NCCL_UNIQUE_ID_BYTES`.
-pub const ID_BYTES: usize = metrale_gpu_sys::nccl::ncclUniqueId::BYTES;
 
-/// Rank 0: serves `id` to `world_size - 1` ranks on the port of `addr` (`host:port`), on every interface,
-/// within `timeout`, to hellos carrying this job's token (`JobToken::of_this_job`).
-pub fn serve(
+/// Rank 0: serves `id` to `world_size - 1` ranks at `addr` (`host:port`, [`door::bind`]) within
+/// `timeout`, to the ranks that prove this job's token ([`JobToken::of_this_job`]).
+pub fn serve(addr: &str, world_size: u32, id: &[u8], timeout: Duration) -> Result<(), String> {
+    let token = JobToken::of_this_job(addr, "rank 0")?;
+    serve_as(addr, world_size, id, token, timeout)
+}
+
+/// [`serve`], admitting the ranks that prove `token`.
+pub fn serve_as(
     addr: &str,
     world_size: u32,
-    id: &[u8; ID_BYTES],
+    id: &[u8],
+    token: JobToken,
     timeout: Duration,
 ) -> Result<(), String> {
-    let port = addr
-        .rsplit_once(':')
-        .and_then(|(_, p)| p.parse::<u16>().ok())
-        .ok_or_else(|| format!("MASTER_ADDR:MASTER_PORT '{addr}' has no port"))?;
-    let token = JobToken::of_this_job("rank 0")?;
-    let listener = TcpListener::bind(("0.0.0.0", port))
-        .map_err(|e| format!("rank 0 cannot listen on port {port}: {e}"))?;
-    serve_on(listener, world_size, id, token, timeout)
+    serve_on(door::bind(addr)?, world_size, id, token, timeout)
 }
 
 /// What a connection's hello said: the rank it claims, or why it is a stray.
 type Hello = (TcpStream, SocketAddr, Result<u32, String>);
 
-/// [`serve`] on a listener already bound (tests bind port 0), admitting hellos that carry `token`.
+/// [`serve`] on a listener already bound (tests bind port 0), admitting the ranks that prove `token`.
 /// Each connection's hello is read on a thread of its own (so that a silent one delays nobody), within
 /// the gate's bounds; this thread hands out the ranks.
 pub fn serve_on(
     listener: TcpListener,
     world_size: u32,
-    id: &[u8; ID_BYTES],
+    id: &[u8],
     token: JobToken,
     timeout: Duration,
 ) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let door = Door::new(
-        "rank 0",
-        token,
-        crate::gate::pending_cap(world_size as usize),
-    );
+    let door = Door::new("rank 0", token, door::pending_cap(world_size as usize));
     let (hellos, heard) = mpsc::channel::<Hello>();
     let mut served = Vec::new();
     // Accepting can fail for a while (out of descriptors, a connection aborted in the queue): the next
@@ -145,20 +139,20 @@ fn parse_hello(payload: &str) -> Result<u32, String> {
 }
 
 /// Any other rank: fetches the id from rank 0 at `addr`, retrying the connection until `timeout` (rank 0
-/// may start later), with this job's token (`JobToken::of_this_job`).
-pub fn fetch(addr: &str, rank: u32, timeout: Duration) -> Result<[u8; ID_BYTES], String> {
-    let token = JobToken::of_this_job(&format!("rank {rank}"))?;
+/// may start later), proving this job's token ([`JobToken::of_this_job`]).
+pub fn fetch<const N: usize>(addr: &str, rank: u32, timeout: Duration) -> Result<[u8; N], String> {
+    let token = JobToken::of_this_job(addr, &format!("rank {rank}"))?;
     fetch_as(addr, rank, &token, timeout)
 }
 
 /// [`fetch`] with `token`. A connection rank 0 closes without a word (it refused it: too many waiting,
-/// or the hello was wrong) is tried again until `timeout` (`../gate/backoff.rs`).
-pub fn fetch_as(
+/// or the hello was wrong) is tried again until `timeout` ([`crate::backoff`]).
+pub fn fetch_as<const N: usize>(
     addr: &str,
     rank: u32,
     token: &JobToken,
     timeout: Duration,
-) -> Result<[u8; ID_BYTES], String> {
+) -> Result<[u8; N], String> {
     let deadline = Instant::now() + timeout;
     let mut backoff = Backoff::until(deadline);
     let mut connect_within = timeout;
@@ -181,26 +175,33 @@ enum Fetch {
     Failed(String),
 }
 
-fn fetch_once(
+fn fetch_once<const N: usize>(
     addr: &str,
     rank: u32,
     token: &JobToken,
     deadline: Instant,
     connect_within: Duration,
-) -> Result<[u8; ID_BYTES], Fetch> {
+) -> Result<[u8; N], Fetch> {
     let failed = Fetch::Failed;
-    let mut stream =
-        launcher::connect(addr, connect_within).map_err(|e| failed(format!("rank {rank}: {e}")))?;
-    stream
+    let stream = placement::connect(addr, connect_within)
+        .map_err(|e| failed(format!("rank {rank}: {e}")))?;
+    let mut lines = Lines::new(stream);
+    match auth::prove(&mut lines, token, &format!("{MAGIC} {rank}"), deadline) {
+        Ok(()) => {}
+        Err(Refused::Closed) => {
+            let why =
+                format!("rank {rank}: rank 0 at {addr} closed the connection before its proof");
+            return Err(Fetch::Closed(why));
+        }
+        Err(Refused::Failed(why)) => return Err(failed(format!("rank {rank}: {addr}: {why}"))),
+    }
+    lines
+        .stream()
         .set_read_timeout(Some(remaining(deadline).map_err(failed)?))
         .map_err(|e| failed(e.to_string()))?;
-    let hello = token.hello(&format!("{MAGIC} {rank}"));
-    stream
-        .write_all(format!("{hello}\n").as_bytes())
-        .map_err(|e| failed(format!("rank {rank}: sending to {addr}: {e}")))?;
-    let mut reply = [0u8; 4 + ID_BYTES];
+    let mut reply = vec![0u8; MAGIC.len() + N];
     let what = format!("the unique id from rank 0 at {addr}");
-    match read_all(&mut stream, &mut reply, &what) {
+    match read_all(lines.reader(), &mut reply, &what) {
         Err((true, why)) => return Err(Fetch::Closed(why)),
         Err((false, why)) => return Err(failed(why)),
         Ok(()) => {}
@@ -211,14 +212,14 @@ fn fetch_once(
             &reply[..4]
         )));
     }
-    let mut id = [0u8; ID_BYTES];
-    id.copy_from_slice(&reply[4..]);
+    let mut id = [0u8; N];
+    id.copy_from_slice(&reply[MAGIC.len()..]);
     Ok(id)
 }
 
 /// Reads exactly `buf.len()` bytes, naming what was expected when the peer closes early or is too slow;
 /// the error says whether the peer closed (or reset) the connection before the first byte.
-fn read_all(stream: &mut TcpStream, buf: &mut [u8], what: &str) -> Result<(), (bool, String)> {
+fn read_all(stream: &mut impl Read, buf: &mut [u8], what: &str) -> Result<(), (bool, String)> {
     let (mut got, want) = (0, buf.len());
     let closed = |got: usize, how: &str| {
         let why = format!("{what}: the peer {how} the connection after {got} of {want} bytes");
@@ -259,10 +260,11 @@ mod tests {
     //! hello, a flood, silence) are refused without harm and named when the rendezvous times out; a
     //! short reply or nobody there gives a clear error within its bound.
     use super::*;
-    use crate::gate::{peak, strays};
-    use std::io::BufRead;
+    use metrale_gpu_testkit::{peak, strays};
 
     const T: Duration = Duration::from_secs(20);
+    /// `ncclUniqueId`'s size.
+    const ID_BYTES: usize = 128;
 
     fn listener() -> (TcpListener, String) {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
@@ -306,18 +308,12 @@ mod tests {
         let id: [u8; ID_BYTES] = std::array::from_fn(|i| i as u8);
         let server = std::thread::spawn(move || serve_on(l, 3, &id, token("job-a"), T));
         let hellos = [
+            ("a forged proof", auth::forged("MGS2 1")),
             (
-                "a wrong-token hello",
-                format!("{}\n", token("job-b").hello("MGS2 1")),
+                "an old hello with its token in clear",
+                "MGS2 1 token=6a6f622d61\n".to_string(),
             ),
-            (
-                "a forged hello without a token",
-                "MGS2 1 token=\n".to_string(),
-            ),
-            (
-                "a forged hello of rank 0",
-                format!("{}\n", token("job-a").hello("MGS2 0")),
-            ),
+            ("a forged proof of rank 0", auth::forged("MGS2 0")),
         ];
         let sent = strays::send(&addr, strays::kinds(&hellos, flood), T);
         for rank in 1..3 {
@@ -360,14 +356,13 @@ mod tests {
         );
     }
 
-    /// What rank 0 of a world of 2 says at its deadline after a client sent `hello`.
-    fn refused(hello: &[u8]) -> String {
+    /// What rank 0 of a world of 2 (job `job`) says at its deadline after `client` ran against it.
+    fn refused(client: impl FnOnce(String) + Send + 'static) -> String {
         let (l, addr) = listener();
         let timeout = Duration::from_millis(1500);
         let server =
             std::thread::spawn(move || serve_on(l, 2, &[1; ID_BYTES], token("job"), timeout));
-        let mut stray = TcpStream::connect(&addr).expect("connect");
-        stray.write_all(hello).expect("write");
+        client(addr);
         server
             .join()
             .expect("server thread")
@@ -376,25 +371,56 @@ mod tests {
 
     #[test]
     fn a_stranger_is_refused_by_name_and_listed_at_the_deadline() {
-        let err = refused(b"GET / HTTP/1.1\r\n");
+        let err = refused(|addr| {
+            let mut stray = TcpStream::connect(&addr).expect("connect");
+            stray.write_all(b"GET / HTTP/1.1\r\n").expect("write");
+        });
         assert!(err.contains("with 0 of 1 ranks connected"), "{err}");
         assert!(
             err.contains("; refused 1 connection(s): 127.0.0.1:")
-                && err.contains("(a hello without a job token field)"),
+                && err.contains("(not a rendezvous challenge: \"GET / HTTP/1.1\")"),
             "{err}"
         );
     }
 
+    /// A client claiming `rank` with `job`'s token, against rank 0 of job `job` in a world of 2: what
+    /// the client ends with (it tries until its deadline), and what rank 0 says at its own.
+    fn refused_rank(rank: u32, job: &'static str) -> (String, String) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let rank0 = refused(move |addr| {
+            let mine = fetch_as::<ID_BYTES>(&addr, rank, &token(job), Duration::from_millis(1000));
+            let _ = tx.send(mine.expect_err("no id"));
+        });
+        (rx.recv().expect("the client's end"), rank0)
+    }
+
+    /// A rank of this job that claims a rank out of range is refused after its proof; another job's
+    /// rank (a token of its own) finds rank 0 an impostor. Neither gets the id; both sides say why.
     #[test]
-    fn a_taken_or_impossible_rank_is_refused() {
-        let err = refused(format!("{}\n", token("job").hello("MGS2 7")).as_bytes());
-        assert!(
-            err.contains("(claims rank 7, invalid or taken (world size 2))"),
-            "{err}"
-        );
+    fn an_impossible_rank_or_another_jobs_rank_gets_nothing_and_is_named() {
+        let cases = [
+            (
+                7,
+                "job",
+                "rank 0 refused this process",
+                "(claims rank 7, invalid or taken (world size 2))",
+            ),
+            (
+                1,
+                "job-b",
+                "did not prove it knows this job's token",
+                "a rank of another job (its token differs)",
+            ),
+        ];
+        for (rank, job, mine, theirs) in cases {
+            let (client, rank0) = refused_rank(rank, job);
+            assert!(client.contains(mine), "{client}");
+            assert!(rank0.contains(theirs), "{rank0}");
+        }
     }
 
-    /// A fake rank 0 that reads each hello line and answers the `n`th connection with `reply`.
+    /// A fake rank 0 without a token: the `n`th connection is closed at once (`None`) or admitted and
+    /// answered with `reply`.
     fn fake_rank0(
         l: TcpListener,
         answers: Vec<Option<&'static [u8]>>,
@@ -402,13 +428,11 @@ mod tests {
         std::thread::spawn(move || {
             for answer in answers {
                 let (peer, _) = l.accept().expect("accept");
-                let mut hello = String::new();
-                std::io::BufReader::new(&peer)
-                    .read_line(&mut hello)
-                    .expect("hello");
-                if let Some(reply) = answer {
-                    (&peer).write_all(reply).expect("write");
-                }
+                let Some(reply) = answer else { continue };
+                let mut lines = Lines::new(peer.try_clone().expect("clone"));
+                let deadline = Instant::now() + T;
+                auth::admit(&mut lines, &JobToken::none(), deadline).expect("the hello");
+                (&peer).write_all(reply).expect("write");
             }
         })
     }
@@ -417,7 +441,7 @@ mod tests {
     fn a_reply_cut_short_names_the_missing_bytes() {
         let (l, addr) = listener();
         let fake = fake_rank0(l, vec![Some(b"MGS2 only forty bytes of the id here....")]);
-        let err = fetch_as(&addr, 1, &JobToken::none(), T).expect_err("short reply");
+        let err = fetch_as::<ID_BYTES>(&addr, 1, &JobToken::none(), T).expect_err("short reply");
         fake.join().expect("fake rank 0");
         assert!(
             err.contains("the peer closed the connection after 40 of 132 bytes"),
@@ -435,12 +459,12 @@ mod tests {
 
         let (l, addr) = listener();
         let fake = fake_rank0(l, vec![None; 2]);
-        let err = fetch_as(&addr, 1, &JobToken::none(), Duration::from_millis(250))
+        let err = fetch_as::<ID_BYTES>(&addr, 1, &JobToken::none(), Duration::from_millis(250))
             .expect_err("refused each time");
         drop(fake);
         assert!(
             err.contains(
-                "after 0 of 132 bytes (each time until the deadline: rank 0 refused this process"
+                "closed the connection before its proof (each time until the deadline: rank 0 refused"
             ),
             "{err}"
         );
@@ -451,7 +475,7 @@ mod tests {
         let (l, addr) = listener();
         drop(l); // nothing listens on that port now
         let start = std::time::Instant::now();
-        let err = fetch(&addr, 1, Duration::from_millis(500)).expect_err("no rank 0");
+        let err = fetch::<ID_BYTES>(&addr, 1, Duration::from_millis(500)).expect_err("no rank 0");
         assert!(
             start.elapsed() < Duration::from_secs(5),
             "took {:?}",
@@ -483,10 +507,11 @@ mod tests {
         let port = listener().0.local_addr().expect("addr").port();
         let id: [u8; ID_BYTES] = std::array::from_fn(|i| i as u8);
         let master = format!("rank0.invalid:{port}");
-        let server = std::thread::spawn(move || serve(&master, 2, &id, T));
-        assert_eq!(fetch(&format!("127.0.0.1:{port}"), 1, T), Ok(id));
+        let server = std::thread::spawn(move || serve_as(&master, 2, &id, token("job"), T));
+        let got = fetch_as(&format!("127.0.0.1:{port}"), 1, &token("job"), T);
+        assert_eq!(got, Ok(id));
         assert_eq!(server.join().expect("server thread"), Ok(()));
-        let err = serve("no-port-here", 2, &id, Duration::from_secs(1)).expect_err("no port");
+        let err = serve_as("no-port-here", 2, &id, token("job"), T).expect_err("no port");
         assert!(err.contains("has no port"), "{err}");
     }
 

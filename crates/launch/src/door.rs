@@ -1,14 +1,60 @@
-//! Admission: how many connections may wait for their hello, the hello read within its bounds and
-//! checked against the job token, and the record of whom the rendezvous refused and why.
+//! Rank 0's door, in front of every rendezvous this crate and metrale-gpu-elastic serve. Whatever
+//! reaches rank 0's port is a stranger until its hello is read and checked:
+//!
+//! - each connection's hello is one line of at most [`HELLO_CAP`] bytes, read within [`HELLO_BOUND`]
+//!   (and within the rendezvous's own deadline): a longer line, a silent or slow peer, a peer that closes
+//!   first, a hello that does not parse, a rank that is taken or out of range, or no proof of the job
+//!   token ([`crate::auth`]) is a stray connection: closed, with one warning line naming the peer, and noted
+//!   for the rendezvous's final error ([`Door::refusals`]), never the end of the job;
+//! - at most [`pending_cap`] connections wait for their hello at once; over it the newest is refused
+//!   (closed unread: a real rank refused so tries again within its own deadline, [`crate::backoff`]);
+//! - every later line is read with [`Lines`] too, bounded by the protocol's own cap.
+//!
+//! What this protects against: port scanners, health checks and load-balancer probes, a leftover rank
+//! of an earlier job on the same port (its token differs), a peer that sends garbage, floods a line or
+//! holds connections open. See [`crate::token`] for what the token protects and what it does not.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use super::line::Lines;
-use super::token::JobToken;
-use super::{HELLO_BOUND, HELLO_CAP};
+use std::time::Duration;
+
+use crate::auth;
+use crate::line::Lines;
+use crate::token::{self, JobToken};
+
+/// How long a new connection may take to say its hello: a few seconds, far above a real rank's
+/// (which writes it as soon as it connects), far below a rendezvous's deadline.
+pub const HELLO_BOUND: Duration = Duration::from_secs(5);
+/// The longest line of the exchange ([`crate::auth`]): a challenge, rank 0's proof, or a hello with
+/// its proof (a few hundred bytes at most), and room.
+pub const HELLO_CAP: usize = 1024;
+/// How many connections may wait for their hello at once in a world of `world` ranks: every rank at the
+/// same moment (they start together) and as many strays besides. Each holds a thread and at most a
+/// [`HELLO_CAP`] line, for at most [`HELLO_BOUND`].
+pub fn pending_cap(world: usize) -> usize {
+    world + 64
+}
+
+/// Rank 0's listener for the rendezvous at `master` (`HOST:PORT`; port 0 picks one): on that loopback
+/// address alone where `master` is one ([`token::is_loopback`]), else on every interface (as torchrun
+/// does: `MASTER_ADDR` may resolve to a loopback address on rank 0's own host), where
+/// [`JobToken::for_master`] asks for a token.
+pub fn bind(master: &str) -> Result<TcpListener, String> {
+    let (host, port) = master
+        .rsplit_once(':')
+        .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
+        .ok_or_else(|| format!("the rendezvous address '{master}' has no port"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let ip = match token::is_loopback(master) {
+        true => host.parse().unwrap_or(IpAddr::from([127, 0, 0, 1])),
+        false => IpAddr::from([0, 0, 0, 0]),
+    };
+    TcpListener::bind((ip, port))
+        .map_err(|e| format!("rank 0 cannot listen on port {port}: {e} (on {ip})"))
+}
 
 /// How many refusals the final error names; the rest are counted.
 const NAMED: usize = 8;
@@ -72,15 +118,12 @@ impl Door {
         None
     }
 
-    /// The payload of the hello on `lines`: one line of at most [`HELLO_CAP`] bytes within
-    /// [`HELLO_BOUND`] (or by `deadline`, if sooner), carrying this job's token. The error is why the
+    /// The hello on `lines`, proved ([`auth::admit`]): each line of at most [`HELLO_CAP`] bytes,
+    /// the whole exchange within [`HELLO_BOUND`] (or by `deadline`, if sooner). The error is why the
     /// connection is a stray (for [`Door::refuse`]).
     pub fn hello(&self, lines: &mut Lines, deadline: Instant) -> Result<String, String> {
         let by = deadline.min(Instant::now() + HELLO_BOUND);
-        let line = lines
-            .next(HELLO_CAP, Some(by))?
-            .ok_or("it closed without a hello")?;
-        self.token.check(&line)
+        auth::admit(lines, &self.token, by)
     }
 
     /// Says on stderr that the connection from `peer` is refused and why, one line (the first time
@@ -146,6 +189,27 @@ mod tests {
             door.refusals(),
             "; refused 1 connection(s): 127.0.0.1:3 (2 connections already wait for their hello)"
         );
+    }
+
+    /// Closed by default: a loopback rendezvous listens on loopback alone (strangers cannot reach it);
+    /// another listens on every interface (and needs a token, `JobToken::for_master`).
+    #[test]
+    fn a_loopback_rendezvous_listens_on_loopback_alone() {
+        for (master, loopback) in [
+            ("127.0.0.1:0", true),
+            ("localhost:0", true),
+            ("rank0.invalid:0", false),
+        ] {
+            let ip = bind(master)
+                .expect("binds")
+                .local_addr()
+                .expect("addr")
+                .ip();
+            assert_eq!(ip.is_loopback(), loopback, "{master}: {ip}");
+            assert_eq!(ip.is_unspecified(), !loopback, "{master}: {ip}");
+        }
+        let err = bind("nowhere").expect_err("no port");
+        assert!(err.contains("'nowhere' has no port"), "{err}");
     }
 
     #[test]

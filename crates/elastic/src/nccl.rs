@@ -1,25 +1,22 @@
-//! The NCCL side of the example: non-blocking communicators, every wait bounded by metrale-gpu-watchdog
-//! and cancelled by the rendezvous's news; the checked all-reduce (its wait revokes on failure), the
-//! init, the shrink and the grow (their waits abort on failure).
+//! The NCCL side of a rank: non-blocking communicators, every wait bounded by metrale-gpu-watchdog
+//! and cancelled by the membership's news; a round's wait (it revokes on failure), the init, the
+//! shrink and the grow (their waits abort on failure).
 
-use std::os::raw::c_void;
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use metrale_gpu_sys::cuda::{self, CUdeviceptr, CUstream};
+use metrale_gpu_sys::cuda::{self, CUstream};
 use metrale_gpu_sys::nccl::*;
 use metrale_gpu_watchdog::{
     CommWork, Communicator, GiveUp, GiveUpError, Poll, WaitError, Watchdog, Watched,
 };
 
 use crate::bounded;
+use crate::fabric::{unix_us, Lost, Outcome};
 use crate::membership::Membership;
 use crate::protocol::Held;
 
-/// Floats per all-reduce.
-pub const COUNT: usize = 1 << 18;
-
-/// Every communicator of the example: non-blocking, so that no call can hang the rank.
+/// Every communicator of a rank: non-blocking, so that no call can hang the rank.
 pub fn config() -> NcclConfig {
     let mut config = NcclConfig {
         blocking: 0,
@@ -30,32 +27,11 @@ pub fn config() -> NcclConfig {
     config
 }
 
-/// How a rank learnt that a collective of generation `gen` will never finish, and what it holds.
-pub struct Lost {
-    /// `rendezvous` (its news), `nccl` (an error NCCL reported) or `timeout`.
-    pub how: &'static str,
-    pub detail: String,
-    /// Revoked (quiescent with no error: can be shrunk) or aborted.
-    pub held: Held,
-    /// From the start of the wait to the moment the watchdog gave up.
-    pub waited: Duration,
-    /// That moment, in µs since the Unix epoch.
-    pub at_unix_us: u128,
-    /// From then until the watchdog was done giving up (`ncclCommRevoke` and its quiescence).
-    pub revoked: Duration,
-}
-
-pub enum Outcome {
-    /// The all-reduce finished and every element is right.
-    Done,
-    Lost(Lost),
-}
-
 /// A wait on generation `gen`'s work: the communicator and stream (the watchdog's [`CommWork`]), then
 /// the rendezvous, whose news that `gen` is lost cancels the wait at once.
 struct Watch<'a> {
     work: CommWork<'a>,
-    who: &'a Membership,
+    who: &'a dyn Membership,
     gen: u64,
     /// An idle communicator: nothing to finish, so the news comes first.
     idle: bool,
@@ -67,7 +43,7 @@ struct Watch<'a> {
 }
 
 impl<'a> Watch<'a> {
-    fn new(work: CommWork<'a>, who: &'a Membership, gen: u64) -> Self {
+    fn new(work: CommWork<'a>, who: &'a dyn Membership, gen: u64) -> Self {
         Watch {
             work,
             who,
@@ -163,7 +139,7 @@ pub fn init(
     id: NcclUniqueId,
     rank: usize,
     limit: Duration,
-    who: &Membership,
+    who: &dyn Membership,
     gen: u64,
 ) -> Result<NcclComm, String> {
     let mut comm: NcclComm = std::ptr::null_mut();
@@ -240,7 +216,7 @@ pub fn shrink(
     parent: NcclComm,
     exclude: &[usize],
     limit: Duration,
-    who: &Membership,
+    who: &dyn Membership,
     gen: u64,
 ) -> Result<NcclComm, String> {
     let mut exclude: Vec<i32> = exclude.iter().map(|&r| r as i32).collect();
@@ -316,7 +292,7 @@ impl<T: Copy> Handed<T> {
 /// The calling thread's CUDA context, for a bounded call's thread: NCCL allocates on the current
 /// device (`ncclCommGrow`'s pinned abort flag, a new rank's communicator).
 fn current_context() -> Result<Handed<cuda::CUcontext>, String> {
-    let api = cuda::driver("elastic").map_err(|e| e.to_string())?;
+    let api = cuda::driver("metrale-gpu-elastic").map_err(|e| e.to_string())?;
     let mut ctx: cuda::CUcontext = std::ptr::null_mut();
     // SAFETY: writes one handle through a valid pointer.
     check_cuda(unsafe { api.cuCtxGetCurrent(&mut ctx) }, "cuCtxGetCurrent")
@@ -326,7 +302,7 @@ fn current_context() -> Result<Handed<cuda::CUcontext>, String> {
 
 /// Makes `ctx` current on this thread.
 fn make_current(ctx: &Handed<cuda::CUcontext>) -> Result<(), String> {
-    let api = cuda::driver("elastic").map_err(|e| e.to_string())?;
+    let api = cuda::driver("metrale-gpu-elastic").map_err(|e| e.to_string())?;
     // SAFETY: the rank's primary context (made current by `Gpu::new`), retained for the process's life.
     check_cuda(unsafe { api.cuCtxSetCurrent(ctx.get()) }, "cuCtxSetCurrent")
         .map_err(|e| e.to_string())
@@ -349,7 +325,7 @@ fn abort_all(comms: &[NcclComm]) {
 /// communicator is gone: aborted after NCCL's error, or left to the call's thread, which aborts it.
 pub fn grow_id(
     comm: NcclComm,
-    who: &Membership,
+    who: &dyn Membership,
     gen: u64,
     limit: Duration,
 ) -> Result<NcclUniqueId, String> {
@@ -386,7 +362,7 @@ pub fn grow(
     id: Option<&NcclUniqueId>,
     rank: i32,
     limit: Duration,
-    who: &Membership,
+    who: &dyn Membership,
     gen: u64,
 ) -> Result<NcclComm, String> {
     let start = Instant::now();
@@ -476,7 +452,7 @@ pub fn release(comm: NcclComm, abort: bool) -> Result<(), String> {
 /// grow), as a collective's wait would: revoked, or aborted where that fails.
 pub fn give_up_idle(
     comm: NcclComm,
-    who: &Membership,
+    who: &dyn Membership,
     gen: u64,
     deadline: Duration,
 ) -> Result<Lost, String> {
@@ -494,129 +470,34 @@ pub fn give_up_idle(
     }
 }
 
-/// Element `i` of round `round`: `factor` times a small integer, so that every sum is exact. Rank r
-/// contributes factor r + 1; the sum over `size` ranks has factor size (size + 1) / 2.
-fn value(factor: usize, round: usize, i: usize) -> f32 {
-    (factor * (1 + (i * 7 + round) % 97)) as f32
-}
-
-/// Now, in µs since the Unix epoch.
-pub fn unix_us() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros())
-        .unwrap_or(0)
-}
-
-/// This process's GPU: its stream and the all-reduce buffer.
-pub struct Gpu {
-    stream: CUstream,
-    buf: CUdeviceptr,
-    host: Vec<f32>,
-}
-
-impl Gpu {
-    pub fn new(device: i32) -> Result<Gpu, GpuError> {
-        let stream = create_stream(device)?; // also makes the device current on this thread
-        let mut buf: CUdeviceptr = 0;
-        let api = cuda::driver("elastic")?;
-        // SAFETY: writes one device pointer; the device's context is current.
-        let res = unsafe { api.cuMemAlloc_v2(&mut buf, COUNT * 4) };
-        check_cuda(res, "cuMemAlloc")?;
-        Ok(Gpu {
-            stream,
-            buf,
-            host: vec![0.0; COUNT],
-        })
+/// Waits, at most `deadline`, for the work round `gen`'s caller queued on `stream` with `comm` (`res`:
+/// the status of its last NCCL call), then for the stream. Gives up (`Outcome::Lost`) when the
+/// membership says `gen` is lost, NCCL reports an error, or the deadline passes: the watchdog revokes
+/// the communicator, and aborts it where NCCL would refuse to shrink it. `start`: when the round began.
+pub fn wait_round(
+    (comm, stream): (NcclComm, CUstream),
+    res: NcclResult,
+    who: &dyn Membership,
+    gen: u64,
+    deadline: Duration,
+    start: Instant,
+) -> Result<Outcome, String> {
+    // SAFETY: the rank's live communicator, owned here until the wait returns; used by this thread
+    // alone.
+    let mut comm = unsafe { Communicator::from_raw(comm) };
+    // SAFETY: the rank's own live stream, used by this thread alone.
+    let work = unsafe { CommWork::on_stream(&mut comm, stream) };
+    let mut watch = Watch::new(work, who, gen);
+    let dog = Watchdog::revoke_after(deadline);
+    let waited = dog
+        .check_on(res, &mut watch, "the round's work")
+        .and_then(|()| dog.wait(&mut [&mut watch], "the round's work"));
+    if let Err(e) = waited {
+        return watch.lost(e, start).map(Outcome::Lost);
     }
-
-    /// Copies the host values into the device buffer (`to_device`) or back, queued on the stream.
-    fn copy(&mut self, to_device: bool) -> Result<(), String> {
-        let api = cuda::driver("elastic").map_err(|e| e.to_string())?;
-        let (host, bytes) = (self.host.as_mut_ptr(), COUNT * 4);
-        // SAFETY: both buffers hold COUNT floats; the copy is queued on the stream of the collective
-        // (never the legacy stream, which a non-blocking stream does not wait for), and from pageable
-        // memory the driver has staged the host values when an upload returns.
-        let res = unsafe {
-            if to_device {
-                api.cuMemcpyHtoDAsync_v2(self.buf, host.cast(), bytes, self.stream)
-            } else {
-                api.cuMemcpyDtoHAsync_v2(host.cast(), self.buf, bytes, self.stream)
-            }
-        };
-        check_cuda(res, "cuMemcpyAsync").map_err(|e| e.to_string())
-    }
-
-    /// One all-reduce of round `round` as rank `rank` of `size` on generation `gen`, checked against
-    /// the host's sum. Gives up (`Outcome::Lost`) when the rendezvous says `gen` is lost, NCCL reports
-    /// an error, or `deadline` passes: the watchdog revokes the communicator, and aborts it where NCCL
-    /// would refuse to shrink it.
-    #[allow(clippy::too_many_arguments)]
-    pub fn all_reduce(
-        &mut self,
-        comm: NcclComm,
-        rank: usize,
-        size: usize,
-        round: usize,
-        who: &Membership,
-        gen: u64,
-        deadline: Duration,
-    ) -> Result<Outcome, String> {
-        let start = Instant::now();
-        for (i, v) in self.host.iter_mut().enumerate() {
-            *v = value(rank + 1, round, i);
-        }
-        self.copy(true)?;
-        let (ptr, f32, sum) = (
-            self.buf as *mut c_void,
-            NcclDataType::ncclFloat32,
-            NcclRedOp::ncclSum,
-        );
-        // SAFETY: the buffer holds COUNT floats on this communicator's device, the stream is that
-        // device's; the upload is queued before the all-reduce on the same stream.
-        let res = unsafe { ncclAllReduce(ptr, ptr, COUNT, f32, sum, comm, self.stream) };
-        // SAFETY: the rank's live communicator, owned here until the wait returns; used by this thread
-        // alone.
-        let mut comm = unsafe { Communicator::from_raw(comm) };
-        // SAFETY: the rank's own live stream, used by this thread alone.
-        let work = unsafe { CommWork::on_stream(&mut comm, self.stream) };
-        let mut watch = Watch::new(work, who, gen);
-        let dog = Watchdog::revoke_after(deadline);
-        let waited = dog
-            .check_on(res, &mut watch, "ncclAllReduce")
-            .and_then(|()| dog.wait(&mut [&mut watch], "the all-reduce"));
-        if let Err(e) = waited {
-            return watch.lost(e, start).map(Outcome::Lost);
-        }
-        self.copy(false)?;
-        // SAFETY: the rank's own live stream.
-        unsafe { sync_stream(self.stream) }.map_err(|e| e.to_string())?;
-        let factor = size * (size + 1) / 2;
-        match (0..COUNT).find(|&i| self.host[i] != value(factor, round, i)) {
-            None => Ok(Outcome::Done),
-            Some(i) => Err(format!(
-                "all-reduce round {round} over {size} ranks: element {i} is {}, expected {}",
-                self.host[i],
-                value(factor, round, i)
-            )),
-        }
-    }
-}
-
-impl Drop for Gpu {
-    fn drop(&mut self) {
-        // The buffer and stream are this struct's and idle: every wait drained the stream, or the
-        // communicator using it was revoked or aborted (which ends its kernel).
-        let freed = cuda::driver("elastic").and_then(|api| {
-            // SAFETY: the buffer from cuMemAlloc, freed once.
-            check_cuda(unsafe { api.cuMemFree_v2(self.buf) }, "cuMemFree")?;
-            // SAFETY: the stream from create_stream, destroyed once.
-            unsafe { destroy_stream(self.stream) }
-        });
-        if let Err(e) = freed {
-            eprintln!("warning: releasing the GPU buffer: {e}");
-        }
-    }
+    // SAFETY: the rank's own live stream.
+    unsafe { sync_stream(stream) }.map_err(|e| e.to_string())?;
+    Ok(Outcome::Done)
 }
 
 #[cfg(test)]

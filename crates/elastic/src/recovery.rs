@@ -1,33 +1,34 @@
-//! A rank's life: all-reduces round after round, each checked, until the last (`--iters`). When a
+//! A rank's life: rounds of work, each checked, until the last (`--iters`). When a
 //! generation is lost: the agreement on one plan (shrink, or init from a new id), the new communicator,
 //! and training goes on at the size it has, from the round the plan says; it never waits for
 //! replacements. Rank 0 grows the world at a round boundary whenever replacements wait (all of them
 //! at once, up to the first world's size). A failure at any step (a rank killed during the shrink or the
-//! grow) is one more lost generation and one more round, up to [`MAX_ROUNDS`]; fewer survivors than
-//! `--min-size` end the job on every rank. Each phase prints its `ELASTIC` line.
+//! grow) is one more lost generation and one more round of the same recovery, up to [`MAX_ROUNDS`] a
+//! recovery (a recovery ends once its communicator passed its checks; the next loss begins a new one);
+//! fewer survivors than `--min-size` end the job on every rank. Each phase prints its `ELASTIC` line.
 
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
-use crate::comm::{self, Lost, Outcome};
+use crate::config::{Config, First};
 use crate::coordinator::Coordinator;
-use crate::fabric::{Fabric, Place};
+use crate::fabric::{self, Fabric, Lost, Outcome, Place};
 use crate::membership::{Bounds, Membership, Order};
 use crate::protocol::{rank_list, Held, How};
-use crate::{Args, First};
 
 /// How long the rendezvous, the first init and a replacement's arrival may take.
 const STARTUP: Duration = Duration::from_secs(120);
-/// After this many all-reduces a rank says it is in its steady loop (a supervisor may kill it then).
+/// After this many rounds a rank says it is in its steady loop (a supervisor may kill it then).
 const STEADY_MARK: usize = 100;
 /// Rank 0 says how far training has come every this many rounds, so that a watcher tells a slow job
 /// (one process per rank time-sharing one GPU) from a stuck one without knowing how long a round takes.
 const PROGRESS_EVERY: usize = 100;
-/// All-reduces on each recovered communicator before it says so (and rank 0 grows it), and on a grown
+/// Rounds on each recovered communicator before it says so (and rank 0 grows it), and on a grown
 /// one before it says so.
 const CHECKS: usize = 3;
 const AFTER_GROW: usize = 20;
-/// Lost generations a rank recovers from before it gives up: each one follows a new failure.
+/// Rounds of one recovery (lost generations without a communicator that passed its checks between
+/// them) a rank goes through before it gives up: each one follows a new failure.
 pub const MAX_ROUNDS: usize = 8;
 
 fn ms(d: Duration) -> String {
@@ -43,13 +44,15 @@ struct Current<C> {
 /// Where a rank's life stands.
 enum Step<C> {
     /// It lost generation `gen` (in which it was `rank`) at round `step`, holding its communicator
-    /// revoked (`Some`, it can be shrunk) or not at all (aborted).
+    /// revoked (`Some`, it can be shrunk) or not at all (aborted). `fresh`: the generation had passed
+    /// its checks, so this loss begins a new recovery (its rounds counted from 1).
     Lost {
         gen: u64,
         rank: usize,
         step: usize,
         parent: Option<C>,
         lost: Lost,
+        fresh: bool,
     },
     /// A communicator (made by `how`: init, shrink, grow) to train on from round `step`; after
     /// `checks` rounds it prints `line`.
@@ -66,7 +69,7 @@ enum Step<C> {
 
 impl<C: Copy> Step<C> {
     /// After a lost wait on `now` at round `step`: what the rank holds of it.
-    fn lost(now: &Current<C>, step: usize, lost: Lost) -> Step<C> {
+    fn lost(now: &Current<C>, step: usize, lost: Lost, fresh: bool) -> Step<C> {
         let parent = (lost.held == Held::Revoked).then_some(now.comm);
         Step::Lost {
             gen: now.at.gen,
@@ -74,17 +77,18 @@ impl<C: Copy> Step<C> {
             step,
             parent,
             lost,
+            fresh,
         }
     }
 
     /// A step that failed to make `at`'s generation (its communicators were aborted).
-    fn failed(at: Place, step: usize, detail: String, took: Duration) -> Step<C> {
+    fn failed(at: Place, step: usize, detail: String, took: Duration, fresh: bool) -> Step<C> {
         let lost = Lost {
             how: "setup",
             detail,
             held: Held::Aborted,
             waited: took,
-            at_unix_us: comm::unix_us(),
+            at_unix_us: fabric::unix_us(),
             revoked: Duration::ZERO,
         };
         Step::Lost {
@@ -93,12 +97,22 @@ impl<C: Copy> Step<C> {
             step,
             parent: None,
             lost,
+            fresh,
         }
     }
 }
 
+/// A rank's life on `fabric`: a rank of the first world ([`Config::first`]) or a replacement. What
+/// [`crate::run`] does on NCCL; the CPU tests run it on fake ranks.
+pub fn run_with<F: Fabric>(config: &Config, fabric: &mut F) -> Result<(), String> {
+    match config.first {
+        Some(first) => run_member(config, first, fabric),
+        None => run_replacement(config, fabric),
+    }
+}
+
 /// A rank of the first world: rendezvous, init, training, and recovery as it comes.
-pub fn run_member<F: Fabric>(args: &Args, first: First, fabric: &mut F) -> Result<(), String> {
+fn run_member<F: Fabric>(args: &Config, first: First, fabric: &mut F) -> Result<(), String> {
     let First { rank, world_size } = first;
     let (who, id) = if rank == 0 {
         let id = fabric.new_id()?;
@@ -108,17 +122,17 @@ pub fn run_member<F: Fabric>(args: &Args, first: First, fabric: &mut F) -> Resul
             coordinator.port()
         ))?;
         coordinator.wait_members(STARTUP)?;
-        (Membership::Coordinator(coordinator), id)
+        (Box::new(coordinator) as Box<dyn Membership>, id)
     } else {
         let (client, id) = Client::hello(&args.master, rank, STARTUP)?;
-        (Membership::Member(client), id)
+        (Box::new(client) as Box<dyn Membership>, id)
     };
     let at = Place {
         gen: 0,
         rank,
         size: world_size,
     };
-    let comm = fabric.init(at, &id, STARTUP, &who)?;
+    let comm = fabric.init(at, &id, STARTUP, who.as_ref())?;
     let line =
         format!("ELASTIC phase=steady rank={rank} size={world_size} iterations={STEADY_MARK}");
     let step = Step::Made {
@@ -128,13 +142,12 @@ pub fn run_member<F: Fabric>(args: &Args, first: First, fabric: &mut F) -> Resul
         checks: STEADY_MARK,
         line,
     };
-    live(args, fabric, &who, step)
+    live(args, fabric, who.as_ref(), step)
 }
 
 /// A replacement: joins through the rendezvous and the grow, then lives as the others do.
-pub fn run_replacement<F: Fabric>(args: &Args, fabric: &mut F) -> Result<(), String> {
-    let (client, joined) = Client::join(&args.master, STARTUP)?;
-    let who = Membership::Member(client);
+fn run_replacement<F: Fabric>(args: &Config, fabric: &mut F) -> Result<(), String> {
+    let (who, joined) = Client::join(&args.master, STARTUP)?;
     let at = Place {
         gen: joined.gen,
         rank: joined.rank,
@@ -154,9 +167,9 @@ pub fn run_replacement<F: Fabric>(args: &Args, fabric: &mut F) -> Result<(), Str
 
 /// From `step` on: train, recover, grow, until the last round or a failure the rank cannot recover from.
 fn live<F: Fabric>(
-    args: &Args,
+    args: &Config,
     fabric: &mut F,
-    who: &Membership,
+    who: &dyn Membership,
     mut step: Step<F::Comm>,
 ) -> Result<(), String> {
     let bounds = Bounds::new(args.deadline);
@@ -169,8 +182,9 @@ fn live<F: Fabric>(
                 step,
                 parent,
                 lost,
+                fresh,
             } => {
-                rounds += 1;
+                rounds = if fresh { 1 } else { rounds + 1 };
                 fabric.say(format!(
                     "ELASTIC phase=detect rank={rank} gen={gen} how={} held={} at_unix_us={} waited_ms={} \
                      revoke_ms={} detail={:?}",
@@ -186,7 +200,7 @@ fn live<F: Fabric>(
                         fabric.release(p, true)?;
                     }
                     return Err(format!(
-                        "{MAX_ROUNDS} recovery rounds, and generation {gen} lost again: giving up"
+                        "{MAX_ROUNDS} rounds of one recovery, and generation {gen} lost again: giving up"
                     ));
                 }
                 recover(fabric, who, &bounds, (gen, rank, step), parent, &lost)?
@@ -215,7 +229,7 @@ fn live<F: Fabric>(
 /// no plan: no coordinator, this rank was left out, or the job ended below the minimum.
 fn recover<F: Fabric>(
     fabric: &mut F,
-    who: &Membership,
+    who: &dyn Membership,
     bounds: &Bounds,
     (gen, rank, step): (u64, usize, usize),
     parent: Option<F::Comm>,
@@ -284,7 +298,7 @@ fn recover<F: Fabric>(
                 ms(took)
             ),
         },
-        Err(e) => Step::failed(at, plan.step, e, took),
+        Err(e) => Step::failed(at, plan.step, e, took, false),
     })
 }
 
@@ -292,9 +306,9 @@ fn recover<F: Fabric>(
 /// `checks` of them (or the last); from then on rank 0 offers a grow at each boundary, and every rank
 /// grows after the round the grow follows. A loss ends the training on `now`: the next step.
 fn train<F: Fabric>(
-    args: &Args,
+    args: &Config,
     fabric: &mut F,
-    who: &Membership,
+    who: &dyn Membership,
     bounds: &Bounds,
     now: Current<F::Comm>,
     from: usize,
@@ -323,19 +337,17 @@ fn train<F: Fabric>(
                 None | Some(Order::Grow { .. }) => {}
                 Some(Order::Recover { gen }) => {
                     let lost = fabric.give_up_idle(now.comm, who, gen, args.deadline)?;
-                    return Ok(Step::lost(&now, round, lost));
+                    return Ok(Step::lost(&now, round, lost, true));
                 }
                 // The communicator is gone (aborted, or left to the given-up call's thread).
                 Some(Order::NoGrowId { why, .. }) => {
-                    return Ok(Step::failed(at, round, why, t.elapsed()))
+                    return Ok(Step::failed(at, round, why, t.elapsed(), true))
                 }
             }
         }
-        // The step's computation, before its gradients are all-reduced.
-        std::thread::sleep(args.step_time);
-        match fabric.all_reduce(now.comm, at, round, who, args.deadline)? {
+        match fabric.round(now.comm, at, round, who, args.deadline)? {
             Outcome::Done => {}
-            Outcome::Lost(lost) => return Ok(Step::lost(&now, round, lost)),
+            Outcome::Lost(lost) => return Ok(Step::lost(&now, round, lost, round >= checked)),
         }
         if at.rank == 0 && (round + 1) % PROGRESS_EVERY == 0 && round + 1 != checked {
             let rounds = (round + 1 - said.1) as u32;
@@ -383,9 +395,9 @@ fn train<F: Fabric>(
 
 /// The grow to `at` (from `parent`, or a replacement's from `id`), trained on from round `step`.
 fn grown<F: Fabric>(
-    args: &Args,
+    args: &Config,
     fabric: &mut F,
-    who: &Membership,
+    who: &dyn Membership,
     parent: Option<F::Comm>,
     at: Place,
     id: Option<&str>,
@@ -409,7 +421,8 @@ fn grown<F: Fabric>(
                 ms(took)
             ),
         },
-        Err(e) => Step::failed(at, step, e, took),
+        // A grow follows a world that passed its checks: its failure begins a new recovery.
+        Err(e) => Step::failed(at, step, e, took, true),
     }
 }
 
@@ -421,6 +434,7 @@ mod tests {
 
     use std::time::Duration;
 
+    use super::MAX_ROUNDS;
     use crate::fake::{run, Kill, Script};
 
     /// 8 ranks; rank 3 killed in the steady loop, then `second`; replacements as asked for: the
@@ -525,6 +539,46 @@ mod tests {
             at("phase=shrink").is_some() && at("phase=shrink") < at("phase=growing"),
             "resumed before the replacement came: {rank0:#?}"
         );
+    }
+
+    /// Ten deaths, one after another, each once the world recovered from the last (rank 0's shrink
+    /// line, after the new communicator's checks): ten recoveries of one round each, which the old
+    /// count (never reset) ended at the ninth. The survivors finish at 2.
+    #[test]
+    fn the_round_limit_counts_per_recovery() {
+        let mut kills = vec![Kill::on_rank0("rank 11", "steady")];
+        kills.extend((1..10).map(|gen| {
+            let size = 12 - gen;
+            let victim = format!("rank {}", 11 - gen);
+            Kill::on_rank0(&victim, &format!("shrink rank=0 size={size} gen={gen} "))
+        }));
+        let end = run(Script {
+            replacements: 0,
+            ..Script::new(12, kills)
+        });
+        assert_eq!(end.deaths(), 10);
+        end.assert_world(2);
+    }
+
+    /// One recovery whose every round loses its new generation (a death at each of rank 0's plans):
+    /// after MAX_ROUNDS rounds every live rank gives up, saying so.
+    #[test]
+    fn more_rounds_than_the_limit_in_one_recovery_end_every_rank() {
+        let mut kills = vec![Kill::on_rank0("rank 11", "steady")];
+        kills.extend((1..=MAX_ROUNDS as u64).map(|gen| {
+            let victim = format!("rank {}", 11 - gen);
+            Kill::on_rank0(&victim, &format!("plan rank=0 gen={gen} "))
+        }));
+        let end = run(Script {
+            replacements: 0,
+            ..Script::new(12, kills)
+        });
+        let live = end.live();
+        assert_eq!(live.len(), 12 - 1 - MAX_ROUNDS);
+        for (name, result) in live {
+            let err = result.as_ref().expect_err("given up");
+            assert!(err.contains("8 rounds of one recovery"), "{name}: {err}");
+        }
     }
 
     #[test]

@@ -2,14 +2,17 @@
 //!
 //! Every communicator the ranks make is a generation, numbered from 0 (the first world); each recovery
 //! and each grow makes the next one. Member to coordinator:
-//! - `HELLO <rank>`: a rank of the first world; `JOIN`: a replacement, waiting for the next grow (on the
-//!   wire both end in the job token's field, ` token=<hex>`, which rank 0's door checks and strips
-//!   before this parser sees the line: `../gate/token.rs`);
+//! - `HELLO <rank>`: a rank of the first world; `JOIN`: a replacement, waiting for the next grow (each
+//!   the hello of the launch crate's exchange, `metrale_gpu_launch::auth`: on the wire it ends in its
+//!   proof of the job token, which rank 0's door checks and strips before this parser sees the line);
 //! - `LOST <gen> revoked|aborted`: this rank gave up on generation `gen` and holds it revoked (it can be
 //!   shrunk) or aborted (it cannot: NCCL reported an error, or the revoke did not end cleanly);
 //! - `READY <gen>`: this rank has the `GROW` to generation `gen` (its connection's thread answers at
 //!   once, so it holds the order before it can finish the round the grow follows);
 //! - `DONE`: this rank finished its last round; the end of its connection is no death;
+//! - `BEAT`: this process is alive, every [`BEAT_EVERY`] from a thread of its own (whatever its
+//!   training does): rank 0 treats a member silent for [`SILENCE`] as dead (a frozen process's
+//!   connection stays open, and says nothing);
 //!
 //! Coordinator to member:
 //! - `ID <hex>`: the first unique id (the answer to `HELLO`);
@@ -25,8 +28,16 @@
 //!   still waiting): every rank that gets it ends with `why`.
 
 use std::fmt;
+use std::time::Duration;
 
-/// The longest line either side reads (`../gate/line.rs`): far above the longest message (a recovery's
+/// How often a member says `BEAT`.
+pub const BEAT_EVERY: Duration = Duration::from_millis(250);
+/// How long rank 0 hears nothing from a member (no `BEAT`, no other line) before it treats it as dead:
+/// six beats missed in a row. A slow process still beats (its beat has a thread of its own); a frozen
+/// one (SIGSTOP, a host that hangs) does not.
+pub const SILENCE: Duration = Duration::from_millis(1500);
+
+/// The longest line either side reads (`metrale_gpu_launch::line`): far above the longest message (a recovery's
 /// reason with its ranks listed), far below memory.
 pub const LINE_CAP: usize = 64 * 1024;
 
@@ -73,6 +84,7 @@ pub enum Message {
         gen: u64,
     },
     Done,
+    Beat,
     Id {
         id: String,
     },
@@ -126,6 +138,7 @@ impl fmt::Display for Message {
             }
             Message::Ready { gen } => write!(f, "READY {gen}"),
             Message::Done => write!(f, "DONE"),
+            Message::Beat => write!(f, "BEAT"),
             Message::Id { id } => write!(f, "ID {id}"),
             Message::Recover { gen, why } => write!(f, "RECOVER {gen} {}", text(why)),
             Message::Plan(Plan {
@@ -187,6 +200,7 @@ impl Message {
             }
             "READY" => exactly(1, Message::Ready { gen: num(0)? }),
             "DONE" => exactly(0, Message::Done),
+            "BEAT" => exactly(0, Message::Beat),
             "ID" => exactly(1, Message::Id { id: token(0)? }),
             // The generation, then everything after its one space, exactly as written.
             "RECOVER" => {
@@ -273,6 +287,7 @@ mod tests {
                 "LOST 0 aborted",
             ),
             (Message::Done, "DONE"),
+            (Message::Beat, "BEAT"),
             (Message::Id { id: "00ff".into() }, "ID 00ff"),
             (
                 Message::Recover {
@@ -380,6 +395,7 @@ mod properties {
             (any::<u64>(), held).prop_map(|(gen, held)| Message::Lost { gen, held }),
             any::<u64>().prop_map(|gen| Message::Ready { gen }),
             Just(Message::Done),
+            Just(Message::Beat),
             id.prop_map(|id| Message::Id { id }),
             (any::<u64>(), text).prop_map(|(gen, why)| Message::Recover { gen, why }),
             plan(how).prop_map(|(gen, rank, size, step, how)| {
@@ -396,7 +412,7 @@ mod properties {
 
     /// Lines near the protocol's words (so that the parser's every branch is reached), and anything.
     fn line() -> impl Strategy<Value = String> {
-        let near = "(HELLO|JOIN|LOST|READY|DONE|ID|RECOVER|SHRINK|INIT|GROW|GROWID|EXCLUDED|END)( [0-9a-z,+-]{0,6}){0,6}[ \t\r\n]{0,2}";
+        let near = "(HELLO|JOIN|LOST|READY|DONE|BEAT|ID|RECOVER|SHRINK|INIT|GROW|GROWID|EXCLUDED|END)( [0-9a-z,+-]{0,6}){0,6}[ \t\r\n]{0,2}";
         prop_oneof![near, any::<String>()]
     }
 

@@ -5,7 +5,7 @@
 /// them an 8 MiB line without a newline (holding it would take 8 MiB and more).
 const FLOOD_BOUND_KIB: u64 = 6 << 10;
 
-/// Asserts that the peak RSS grows by less than [`FLOOD_BOUND_KIB`] while `pass(true)` runs with the
+/// Asserts that the peak RSS grows by less than `FLOOD_BOUND_KIB` (6 MiB) while `pass(true)` runs with the
 /// flood. `pass(false)`, the same without it, runs first: it warms up what a first run costs once
 /// (threads' stacks and allocator arenas, and under an emulator such as qemu-user its translated
 /// code), so that the figure is what the flood costs; an allocator keeping the warm-up's memory cannot
@@ -16,9 +16,9 @@ const FLOOD_BOUND_KIB: u64 = 6 << 10;
 /// aarch64 row): the flood still runs, and the bound is a visible partial skip,
 /// `SKIP <test> (peak RSS): why`.
 pub fn assert_within_flood_bound(pass: impl Fn(bool)) {
-    if let Some(runner) = metrale_gpu_testkit::child::runner() {
+    if let Some(runner) = crate::child::runner() {
         pass(true);
-        metrale_gpu_testkit::skip::skip_check(
+        crate::skip::skip_check(
             "peak RSS",
             format!(
                 "this binary runs under `{runner}`, whose own memory the peak RSS would measure"

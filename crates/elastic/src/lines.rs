@@ -1,5 +1,5 @@
-//! Reading the example's `ELASTIC` lines, for the drivers that steer a test world by rank 0's lines:
-//! the fake one (`fake.rs`) and the GPU test's (`tests/nccl_api/elastic.rs` includes this file).
+//! Reading a rank's `ELASTIC` lines ([`crate::Training::event`]), for whatever steers or watches a job
+//! by them: the CPU tests' fake driver, the GPU test's.
 
 /// The number after `key=` in an `ELASTIC` line.
 pub fn number(line: &str, key: &str) -> Option<usize> {

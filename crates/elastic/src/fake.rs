@@ -10,13 +10,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::comm::{Lost, Outcome};
-use crate::fabric::{Fabric, Place};
+use crate::config::{Config, First};
+use crate::fabric::{unix_us, Fabric, Lost, Outcome, Place};
 use crate::lines;
 use crate::membership::{lock, shared, Membership, Shared};
 use crate::protocol::Held;
-use crate::recovery::{run_member, run_replacement};
-use crate::{Args, First};
+use crate::recovery::run_with;
 
 /// What a killed rank's calls return: its thread ends with it.
 pub const KILLED: &str = "killed by the test";
@@ -31,27 +30,27 @@ const POLL: Duration = Duration::from_millis(1);
 #[derive(Clone, Debug)]
 pub struct Kill {
     pub victim: String,
-    pub phase: &'static str,
+    pub phase: String,
     pub by: Option<&'static str>,
     pub calls: usize,
 }
 
 impl Kill {
     /// `victim` dies once rank 0 printed `phase`, at once (its wait given up, or its next call).
-    pub fn on_rank0(victim: &str, phase: &'static str) -> Kill {
+    pub fn on_rank0(victim: &str, phase: &str) -> Kill {
         Kill {
             victim: victim.into(),
-            phase,
+            phase: phase.into(),
             by: Some("rank 0"),
             calls: 0,
         }
     }
 
     /// `victim` dies at its `calls`-th call after it printed `phase` itself (0: at that line).
-    pub fn on_own(victim: &str, phase: &'static str, calls: usize) -> Kill {
+    pub fn on_own(victim: &str, phase: &str, calls: usize) -> Kill {
         Kill {
             victim: victim.into(),
-            phase,
+            phase: phase.into(),
             by: None,
             calls,
         }
@@ -124,7 +123,7 @@ impl FakeRank {
     /// passes (`Ok(Err(why))`); an error once this rank is to die.
     fn wait(
         &mut self,
-        who: &Membership,
+        who: &dyn Membership,
         gen: u64,
         limit: Duration,
         done: impl Fn(&World) -> bool,
@@ -151,7 +150,7 @@ impl FakeRank {
         (name, parent): (String, Option<String>),
         at: Place,
         limit: Duration,
-        who: &Membership,
+        who: &dyn Membership,
     ) -> Result<String, String> {
         self.call()?;
         {
@@ -198,12 +197,12 @@ impl Fabric for FakeRank {
         Ok(format!("id{}", w.ids))
     }
 
-    fn all_reduce(
+    fn round(
         &mut self,
         comm: FakeComm,
         at: Place,
         round: usize,
-        who: &Membership,
+        who: &dyn Membership,
         deadline: Duration,
     ) -> Result<Outcome, String> {
         self.call()?;
@@ -230,7 +229,7 @@ impl Fabric for FakeRank {
                 detail,
                 held: Held::Revoked,
                 waited: start.elapsed(),
-                at_unix_us: crate::comm::unix_us(),
+                at_unix_us: unix_us(),
                 revoked: Duration::ZERO,
             }),
         })
@@ -241,7 +240,7 @@ impl Fabric for FakeRank {
         at: Place,
         id: &str,
         limit: Duration,
-        who: &Membership,
+        who: &dyn Membership,
     ) -> Result<FakeComm, String> {
         self.make((format!("init.{id}"), None), at, limit, who)
             .map(leak)
@@ -253,7 +252,7 @@ impl Fabric for FakeRank {
         _exclude: &[usize],
         at: Place,
         limit: Duration,
-        who: &Membership,
+        who: &dyn Membership,
     ) -> Result<FakeComm, String> {
         let made = (format!("shrink.{}", at.gen), Some(parent.to_string()));
         self.make(made, at, limit, who).map(leak)
@@ -262,7 +261,7 @@ impl Fabric for FakeRank {
     fn grow_id(
         &mut self,
         comm: FakeComm,
-        _who: &Membership,
+        _who: &dyn Membership,
         gen: u64,
         _limit: Duration,
     ) -> Result<String, String> {
@@ -277,7 +276,7 @@ impl Fabric for FakeRank {
         at: Place,
         id: Option<&str>,
         limit: Duration,
-        who: &Membership,
+        who: &dyn Membership,
     ) -> Result<FakeComm, String> {
         // Every rank names the group by its parent: a member's own, a replacement's by the id.
         let parent = match (parent, id) {
@@ -300,7 +299,7 @@ impl Fabric for FakeRank {
     fn give_up_idle(
         &mut self,
         _comm: FakeComm,
-        who: &Membership,
+        who: &dyn Membership,
         gen: u64,
         _deadline: Duration,
     ) -> Result<Lost, String> {
@@ -311,7 +310,7 @@ impl Fabric for FakeRank {
             detail,
             held: Held::Revoked,
             waited: Duration::ZERO,
-            at_unix_us: crate::comm::unix_us(),
+            at_unix_us: unix_us(),
             revoked: Duration::ZERO,
         })
     }
@@ -357,15 +356,15 @@ pub struct Ending {
 /// A bound on a whole test world: far past any recovery's.
 const WORLD_LIMIT: Duration = Duration::from_secs(120);
 
-fn args(script: &Script, first: Option<First>, master: &str) -> Args {
-    Args {
+fn config(script: &Script, first: Option<First>, master: &str) -> Config {
+    Config {
         first,
+        placed: None,
         local_rank: 0,
         master: master.to_string(),
         deadline: script.deadline,
         iters: script.iters,
         min_size: script.min_size,
-        step_time: Duration::ZERO,
         grow_id_delay: Duration::ZERO,
     }
 }
@@ -390,11 +389,7 @@ pub fn run(script: Script) -> Ending {
                 calls: 0,
                 doomed_at: None,
             };
-            let args = args(&script, first, &master);
-            match first {
-                Some(first) => run_member(&args, first, &mut rank),
-                None => run_replacement(&args, &mut rank),
-            }
+            run_with(&config(&script, first, &master), &mut rank)
         })
     };
     let first = |rank| {

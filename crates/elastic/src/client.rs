@@ -3,20 +3,22 @@
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use metrale_gpu_testkit::launcher;
-
-use crate::gate::backoff::{self, Backoff};
-use crate::gate::line::Lines;
-use crate::gate::token::JobToken;
+use crate::coordinator::WRITE_BOUND;
 use crate::membership::{lock, shared, wait_until, Shared};
-use crate::protocol::{Held, Message, Plan, LINE_CAP};
+use crate::protocol::{Held, Message, Plan, BEAT_EVERY, LINE_CAP};
+use metrale_gpu_launch::auth::{self, Refused};
+use metrale_gpu_launch::backoff::{self, Backoff};
+use metrale_gpu_launch::line::Lines;
+use metrale_gpu_launch::placement;
+use metrale_gpu_launch::token::JobToken;
 
 /// Where a process stands that has no coordinator, and what a production system does instead.
-pub const COORDINATOR_GONE: &str = "rank 0 (the coordinator) is gone: its connection closed. In this example \
-     membership lives in rank 0, so its death ends the job; a production system keeps it outside the ranks \
+pub const COORDINATOR_GONE: &str = "rank 0 (the coordinator) is gone: its connection closed. With the embedded \
+     membership it lives in rank 0, so its death ends the job; a production system keeps it outside the ranks \
      (an external store such as etcd, or torchrun's rendezvous backend) and elects a new coordinator";
 
 /// What the coordinator told this member so far.
@@ -42,17 +44,50 @@ fn send(conn: &Writer, message: &Message) -> Result<(), String> {
         .map_err(|e| format!("telling rank 0 {message}: {e} ({COORDINATOR_GONE})"))
 }
 
-/// Dropping it ends the connection, as the process's death does.
-pub struct Client {
+/// An admitted connection to rank 0 and its beat: `BEAT` every [`BEAT_EVERY`] from a thread of its
+/// own, from admission on (a replacement waiting for its grow too), so that whatever the rank's own
+/// thread does (a long NCCL call, a slow step) rank 0 hears that the process lives; a frozen process
+/// says nothing ([`crate::protocol::SILENCE`]). Every write is bounded ([`WRITE_BOUND`]: a coordinator
+/// that reads nothing is gone). Dropping it ends the beat and the connection, as the process's death
+/// does.
+struct Link {
     conn: Writer,
-    inbox: Shared<Inbox>,
+    stopped: Arc<AtomicBool>,
 }
 
-impl Drop for Client {
+impl Link {
+    fn start(conn: TcpStream) -> Result<Link, String> {
+        conn.set_write_timeout(Some(WRITE_BOUND))
+            .map_err(|e| format!("bounding the writes to rank 0: {e}"))?;
+        let link = Link {
+            conn: Arc::new(Mutex::new(conn)),
+            stopped: Arc::new(AtomicBool::new(false)),
+        };
+        let (conn, stopped) = (Arc::clone(&link.conn), Arc::clone(&link.stopped));
+        std::thread::Builder::new()
+            .name("rendezvous beat".into())
+            .spawn(move || {
+                while !stopped.load(Ordering::Acquire) && send(&conn, &Message::Beat).is_ok() {
+                    std::thread::sleep(BEAT_EVERY);
+                }
+            })
+            .map_err(|e| format!("no thread for the heartbeat: {e}"))?;
+        Ok(link)
+    }
+}
+
+impl Drop for Link {
     fn drop(&mut self) {
+        self.stopped.store(true, Ordering::Release);
         let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         let _ = conn.shutdown(Shutdown::Both);
     }
+}
+
+/// A member's side, for the process's life.
+pub struct Client {
+    link: Link,
+    inbox: Shared<Inbox>,
 }
 
 /// A replacement's place in the grown communicator.
@@ -68,28 +103,34 @@ pub struct Joined {
 }
 
 impl Client {
-    /// Connects to the coordinator (retrying until `timeout`: it may start later), says `hello` with
-    /// `token`, and returns the connection, its lines and the first reply. A connection rank 0 closes
-    /// without a word (it refused it: too many waiting, or the hello was wrong) is tried again until
-    /// `timeout` (`../gate/backoff.rs`).
+    /// Connects to the coordinator (retrying until `timeout`: it may start later), proves `token`
+    /// with `hello` ([`auth::prove`]: rank 0 proves it first), and returns the connection, its lines
+    /// and the first reply. A connection rank 0 closes without a word (it refused it: too many
+    /// waiting, or the hello was wrong) is tried again until `timeout` ([`backoff`]).
     fn connect(
         master: &str,
         hello: &Message,
         token: &JobToken,
         timeout: Duration,
-    ) -> Result<(TcpStream, Lines, Message), String> {
+    ) -> Result<(Link, Lines, Message), String> {
         let deadline = Instant::now() + timeout;
         let mut backoff = Backoff::until(deadline);
         let mut connect_within = timeout;
         loop {
-            let mut conn = launcher::connect(master, connect_within)?;
-            conn.write_all(format!("{}\n", token.hello(&hello.to_string())).as_bytes())
-                .map_err(|e| format!("{master}: {e}"))?;
+            let conn = placement::connect(master, connect_within)?;
             let mut lines = Lines::new(conn.try_clone().map_err(|e| e.to_string())?);
-            match lines.next(LINE_CAP, Some(deadline)) {
-                Ok(Some(reply)) => return Ok((conn, lines, Message::parse(&reply)?)),
-                Ok(None) => {}
-                Err(e) => {
+            let (link, reply) = match auth::prove(&mut lines, token, &hello.to_string(), deadline) {
+                Ok(()) => (
+                    Some(Link::start(conn)?),
+                    lines.next(LINE_CAP, Some(deadline)),
+                ),
+                Err(Refused::Closed) => (None, Ok(None)),
+                Err(Refused::Failed(why)) => return Err(format!("rank 0 at {master}: {why}")),
+            };
+            match (link, reply) {
+                (Some(link), Ok(Some(reply))) => return Ok((link, lines, Message::parse(&reply)?)),
+                (_, Ok(Some(_)) | Ok(None)) => {}
+                (_, Err(e)) => {
                     return Err(format!(
                         "no answer from rank 0 at {master} within {timeout:?}: {e}"
                     ))
@@ -105,10 +146,10 @@ impl Client {
         }
     }
 
-    /// A rank of the first world: its connection stays open; returns the first unique id's hex. Its
-    /// hello carries this job's token (`JobToken::of_this_job`).
+    /// A rank of the first world: its connection stays open; returns the first unique id's hex. It
+    /// proves this job's token ([`JobToken::of_this_job`]).
     pub fn hello(master: &str, rank: usize, timeout: Duration) -> Result<(Client, String), String> {
-        let token = JobToken::of_this_job(&format!("rank {rank}"))?;
+        let token = JobToken::of_this_job(master, &format!("rank {rank}"))?;
         Client::hello_as(master, rank, &token, timeout)
     }
 
@@ -120,17 +161,17 @@ impl Client {
         timeout: Duration,
     ) -> Result<(Client, String), String> {
         match Client::connect(master, &Message::Hello { rank }, token, timeout)? {
-            (conn, lines, Message::Id { id }) => Ok((Client::listen(conn, lines), id)),
+            (link, lines, Message::Id { id }) => Ok((Client::listen(link, lines)?, id)),
             (_, _, other) => Err(format!("rank 0 answered {other}, not an id")),
         }
     }
 
     /// A replacement: waits (up to `timeout`) for its place in the next grow.
     pub fn join(master: &str, timeout: Duration) -> Result<(Client, Joined), String> {
-        let token = JobToken::of_this_job("replacement")?;
+        let token = JobToken::of_this_job(master, "replacement")?;
         match Client::connect(master, &Message::Join, &token, timeout)? {
             (
-                conn,
+                link,
                 lines,
                 Message::GrowId {
                     gen,
@@ -147,7 +188,7 @@ impl Client {
                     after,
                     id,
                 };
-                Ok((Client::listen(conn, lines), joined))
+                Ok((Client::listen(link, lines)?, joined))
             }
             (_, _, Message::End { why }) => Err(format!("rank 0 ended the job: {why}")),
             (_, _, other) => Err(format!("rank 0 answered {other}, not a grow id")),
@@ -155,51 +196,53 @@ impl Client {
     }
 
     /// From now on a thread files the coordinator's messages in the inbox.
-    fn listen(conn: TcpStream, mut lines: Lines) -> Client {
-        let conn = Arc::new(Mutex::new(conn));
-        let answer = Arc::clone(&conn);
+    fn listen(link: Link, mut lines: Lines) -> Result<Client, String> {
+        let answer = Arc::clone(&link.conn);
         let inbox = shared(Inbox::default());
         let filed = Arc::clone(&inbox);
-        std::thread::spawn(move || {
-            // Each line at most LINE_CAP bytes; an error (a longer one) is the connection's end.
-            while let Ok(Some(line)) = lines.next(LINE_CAP, None) {
-                let mut i = lock(&filed);
-                match Message::parse(&line) {
-                    Ok(Message::Recover { gen, why }) => {
-                        if i.lost.as_ref().is_none_or(|(g, _)| *g < gen) {
-                            i.lost = Some((gen, why));
+        let reader = std::thread::Builder::new().name("rendezvous inbox".into());
+        reader
+            .spawn(move || {
+                // Each line at most LINE_CAP bytes; an error (a longer one) is the connection's end.
+                while let Ok(Some(line)) = lines.next(LINE_CAP, None) {
+                    let mut i = lock(&filed);
+                    match Message::parse(&line) {
+                        Ok(Message::Recover { gen, why }) => {
+                            if i.lost.as_ref().is_none_or(|(g, _)| *g < gen) {
+                                i.lost = Some((gen, why));
+                            }
                         }
+                        Ok(Message::Plan(plan)) => i.plan = Some(plan),
+                        // Filed before the answer: rank 0 starts the round the grow follows only once
+                        // every member answered, so the rank reads the order when it finishes it.
+                        Ok(Message::Grow { gen, size, after }) => {
+                            i.grow = Some((gen, size, after));
+                            // A failure is the connection's end, which this thread reads next.
+                            let _ = send(&answer, &Message::Ready { gen });
+                        }
+                        Ok(Message::Excluded { why }) => {
+                            i.gone = Some(format!("rank 0 left this rank out: {why}"))
+                        }
+                        Ok(Message::End { why }) => {
+                            i.gone = Some(format!("rank 0 ended the job: {why}"))
+                        }
+                        Ok(other) => eprintln!("unexpected message from rank 0: {other}"),
+                        Err(e) => eprintln!("from rank 0: {e}"),
                     }
-                    Ok(Message::Plan(plan)) => i.plan = Some(plan),
-                    // Filed before the answer: rank 0 starts the round the grow follows only once
-                    // every member answered, so the rank reads the order when it finishes it.
-                    Ok(Message::Grow { gen, size, after }) => {
-                        i.grow = Some((gen, size, after));
-                        // A failure is the connection's end, which this thread reads next.
-                        let _ = send(&answer, &Message::Ready { gen });
-                    }
-                    Ok(Message::Excluded { why }) => {
-                        i.gone = Some(format!("rank 0 left this rank out: {why}"))
-                    }
-                    Ok(Message::End { why }) => {
-                        i.gone = Some(format!("rank 0 ended the job: {why}"))
-                    }
-                    Ok(other) => eprintln!("unexpected message from rank 0: {other}"),
-                    Err(e) => eprintln!("from rank 0: {e}"),
+                    drop(i);
+                    filed.1.notify_all();
                 }
-                drop(i);
+                lock(&filed)
+                    .gone
+                    .get_or_insert(COORDINATOR_GONE.to_string());
                 filed.1.notify_all();
-            }
-            lock(&filed)
-                .gone
-                .get_or_insert(COORDINATOR_GONE.to_string());
-            filed.1.notify_all();
-        });
-        Client { conn, inbox }
+            })
+            .map_err(|e| format!("no thread for rank 0's messages: {e}"))?;
+        Ok(Client { link, inbox })
     }
 
     fn send(&self, message: &Message) -> Result<(), String> {
-        send(&self.conn, message)
+        send(&self.link.conn, message)
     }
 
     /// Why generation `gen` must be given up on: the coordinator declared it lost, or is gone.

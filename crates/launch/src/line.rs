@@ -2,7 +2,7 @@
 //! floods a line without a newline, or trickles one a byte at a time, costs at most the cap and the
 //! deadline, never memory or a thread for good.
 
-use std::io::{BufRead, BufReader, ErrorKind};
+use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::net::TcpStream;
 use std::time::Instant;
 
@@ -15,6 +15,33 @@ impl Lines {
         Lines {
             reader: BufReader::new(stream),
         }
+    }
+
+    /// The connection, for what else the protocol reads or writes on it.
+    pub fn stream(&self) -> &TcpStream {
+        self.reader.get_ref()
+    }
+
+    /// The reader, whose buffer may hold bytes past the last line: a protocol that goes on in bytes
+    /// reads them from here.
+    pub fn reader(&mut self) -> &mut BufReader<TcpStream> {
+        &mut self.reader
+    }
+
+    /// Writes `line` and its newline, by `deadline` (a peer that reads nothing costs at most that).
+    pub fn send(&mut self, line: &str, deadline: Instant) -> Result<(), String> {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .filter(|left| !left.is_zero())
+            .ok_or("no time left to write a line")?;
+        let stream = self.reader.get_ref();
+        stream
+            .set_write_timeout(Some(left))
+            .map_err(|e| format!("setting the write bound: {e}"))?;
+        let mut stream = stream;
+        stream
+            .write_all(format!("{line}\n").as_bytes())
+            .map_err(|e| format!("writing a line: {e}"))
     }
 
     /// The next line, without its `\n` (or `\r\n`); `None` when the peer closed (or reset) the

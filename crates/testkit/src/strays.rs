@@ -1,5 +1,5 @@
 //! Stray connections, for the tests: what port scanners, health checks, floods and other jobs' ranks
-//! send to a rendezvous. Std only, so that the GPU suite includes it too (`tests/nccl_api/elastic.rs`).
+//! send to a rendezvous, and what each saw (the launch and elastic crates' tests, the GPU suite's).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -12,8 +12,12 @@ pub const FLOOD: usize = 8 << 20;
 /// What one stray saw.
 pub struct Stray {
     what: String,
-    /// How many bytes the rendezvous sent it (a stray must get nothing, the unique id least of all).
-    answered: usize,
+    /// Whether it began with a challenge (`MGS3 <nonce>`), which the rendezvous answers with its own
+    /// proof: one line, which says nothing of the token.
+    challenged: bool,
+    /// What the rendezvous sent it (its first 4 KiB): nothing, or for a challenge that one line (a
+    /// stray must never get the unique id).
+    answer: Vec<u8>,
     /// Whether the rendezvous closed it within the wait (`false` for one that closed itself).
     closed: bool,
 }
@@ -23,11 +27,17 @@ pub fn refused(stray: JoinHandle<Stray>) -> Result<(), String> {
     let s = stray
         .join()
         .map_err(|_| "a stray's thread panicked".to_string())?;
-    match s.closed && s.answered == 0 {
+    let proof_only = |a: &[u8]| {
+        let line = a.strip_suffix(b"\n").unwrap_or(b"");
+        a.starts_with(b"MGS3 ") && !line.contains(&b'\n')
+    };
+    match s.closed && (s.answer.is_empty() || (s.challenged && proof_only(&s.answer))) {
         true => Ok(()),
         false => Err(format!(
-            "{}: answered {} bytes, closed by the rendezvous: {}",
-            s.what, s.answered, s.closed
+            "{}: answered {:?}, closed by the rendezvous: {}",
+            s.what,
+            String::from_utf8_lossy(&s.answer),
+            s.closed
         )),
     }
 }
@@ -88,18 +98,20 @@ fn stray(mut conn: TcpStream, what: String, bytes: &[u8], times: usize, wait: Du
         }
     }
     let _ = conn.set_read_timeout(Some(wait));
-    let mut answer = [0u8; 256];
-    let mut answered = 0;
+    let mut chunk = [0u8; 256];
+    let mut answer = Vec::new();
     let closed = loop {
-        match conn.read(&mut answer) {
+        match conn.read(&mut chunk) {
             Ok(0) => break true,
-            Ok(n) => answered += n,
+            Ok(n) if answer.len() < 4096 => answer.extend_from_slice(&chunk[..n]),
+            Ok(_) => {}
             Err(e) => break e.kind() == std::io::ErrorKind::ConnectionReset,
         }
     };
     Stray {
         what,
-        answered,
+        challenged: bytes.starts_with(b"MGS3 "),
+        answer,
         closed,
     }
 }

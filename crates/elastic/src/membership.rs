@@ -1,11 +1,12 @@
 //! Who is alive: the rendezvous that hands out the unique ids, tells the survivors who died and makes
-//! them agree on what comes next. Rank 0 coordinates (`coordinator.rs`); every other process keeps one
-//! connection to it (`client.rs`); the messages are in `protocol.rs`.
+//! them agree on what comes next ([`Membership`]). In the embedded backend rank 0 coordinates
+//! (`coordinator.rs`); every other process keeps one connection to it (`client.rs`); the messages are in
+//! `protocol.rs`.
 //!
 //! The kernel closes the sockets of a process that dies, even by SIGKILL, so rank 0 reads the end of a
 //! dead member's connection within milliseconds: that holds on every transport NCCL uses (over NVLink
 //! NCCL itself never notices a dead peer). Rank 0's own death closes every member's connection: each
-//! ends with a clear error (`client::COORDINATOR_GONE`) within the time its revoke takes; this example
+//! ends with a clear error (`COORDINATOR_GONE`) within the time its revoke takes; this example
 //! elects no new coordinator.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -64,100 +65,155 @@ pub enum Order {
     NoGrowId { gen: u64, why: String },
 }
 
-/// Either side, for the rank's life.
-pub enum Membership {
-    Coordinator(Coordinator),
-    Member(Client),
-}
-
-impl Membership {
-    /// Why the communicator of generation `gen` must be given up on, once the rendezvous says so.
-    pub fn lost(&self, gen: u64) -> Option<String> {
-        match self {
-            Membership::Coordinator(c) => c.lost(gen),
-            Membership::Member(m) => m.lost(gen),
-        }
-    }
+/// Who is alive and what comes next, as one rank sees it: the seam between a rank's life
+/// ([`crate::run_with`]) and where the membership is kept. The embedded backend keeps it in rank 0
+/// (a coordinator on rank 0, a client of it on every other rank); another backend (an external
+/// store) implements the same calls. Every call is bounded by its argument or by [`Bounds`].
+pub trait Membership {
+    /// Why the communicator of generation `gen` must be given up on, once the membership says so.
+    fn lost(&self, gen: u64) -> Option<String>;
 
     /// This rank gave up on generation `gen` at round `step` and holds it as `held`: the plan every
     /// survivor follows (rank 0 makes it within `bounds.report`, with `new_id` for a new communicator
     /// and its own `step` for all; the others wait for it up to `bounds.plan`).
-    pub fn recover(
+    fn recover(
         &self,
-        (gen, held): (u64, Held),
+        lost: (u64, Held),
+        step: usize,
+        bounds: &Bounds,
+        new_id: NewId,
+    ) -> Result<Plan, String>;
+
+    /// At the boundary before round `after` on generation `gen`: rank 0 grows the world with the
+    /// replacements waiting, if any (within `bounds.ready` and the id's own bound); a member has
+    /// nothing to offer (`None`).
+    fn offer_grow(
+        &self,
+        gen: u64,
+        after: usize,
+        bounds: &Bounds,
+        grow_id: NewId,
+    ) -> Result<Option<Order>, String>;
+
+    /// The grow announced for after round `step` of generation `gen`: its generation and size.
+    fn grow_after(&self, gen: u64, step: usize) -> Option<(u64, usize)>;
+
+    /// How many replacements the world could take (rank 0); a member does not know (0).
+    fn missing(&self) -> usize;
+
+    /// The rank is done: a member says so, rank 0 waits (up to `timeout`) for the others to.
+    fn finish(&self, timeout: Duration) -> Result<(), String>;
+}
+
+impl Membership for Coordinator {
+    fn lost(&self, gen: u64) -> Option<String> {
+        Coordinator::lost(self, gen)
+    }
+
+    fn recover(
+        &self,
+        lost: (u64, Held),
         step: usize,
         bounds: &Bounds,
         new_id: NewId,
     ) -> Result<Plan, String> {
-        match self {
-            Membership::Coordinator(c) => c.recover((gen, held), step, bounds.report, new_id),
-            Membership::Member(m) => m.recover(gen, held, bounds.plan),
-        }
+        Coordinator::recover(self, lost, step, bounds.report, new_id)
     }
 
-    /// At the boundary before round `after` on generation `gen`: rank 0 grows the world with the
-    /// replacements waiting, if any (`Coordinator::offer_grow`, within `bounds.ready` and the id's
-    /// own bound); a member has nothing to offer.
-    pub fn offer_grow(
+    fn offer_grow(
         &self,
         gen: u64,
         after: usize,
         bounds: &Bounds,
         grow_id: NewId,
     ) -> Result<Option<Order>, String> {
-        match self {
-            Membership::Coordinator(c) => c.offer_grow(gen, after, bounds.ready, grow_id),
-            Membership::Member(_) => Ok(None),
-        }
+        Coordinator::offer_grow(self, gen, after, bounds.ready, grow_id)
     }
 
-    /// The grow announced for after round `step` of generation `gen`: its generation and size.
-    pub fn grow_after(&self, gen: u64, step: usize) -> Option<(u64, usize)> {
-        match self {
-            Membership::Coordinator(c) => c.grow_after(gen, step),
-            Membership::Member(m) => m.grow_after(gen, step),
-        }
+    fn grow_after(&self, gen: u64, step: usize) -> Option<(u64, usize)> {
+        Coordinator::grow_after(self, gen, step)
     }
 
-    /// How many replacements the world could take (rank 0); a member does not know (0).
-    pub fn missing(&self) -> usize {
-        match self {
-            Membership::Coordinator(c) => c.missing(),
-            Membership::Member(_) => 0,
-        }
+    fn missing(&self) -> usize {
+        Coordinator::missing(self)
     }
 
-    /// The rank is done: a member says so, rank 0 waits (up to `timeout`) for the others to.
-    pub fn finish(&self, timeout: Duration) -> Result<(), String> {
-        match self {
-            Membership::Coordinator(c) => c.finish(timeout),
-            Membership::Member(m) => m.finish(),
-        }
+    fn finish(&self, timeout: Duration) -> Result<(), String> {
+        Coordinator::finish(self, timeout)
     }
 }
 
-/// How long each step of a recovery may take, from the example's `--deadline` D. A member gives up on a
-/// lost collective within D of the rendezvous's news (its revoke's quiescence wait), so rank 0 waits
-/// `report` = 2D + 1 s for reports before it treats the silent as dead; a member waits for the plan
-/// `plan` = 4D + 2 s (rank 0's own give-up, up to 2D, then its report wait); making the next
-/// communicator (shrink, init, grow) may take `setup` = 4D. Rank 0 waits `ready` = D/2 for the members
-/// to confirm a grow: they wait for rank 0 in the round before it, at most D.
-#[derive(Clone, Copy, Debug)]
+impl Membership for Client {
+    fn lost(&self, gen: u64) -> Option<String> {
+        Client::lost(self, gen)
+    }
+
+    fn recover(
+        &self,
+        (gen, held): (u64, Held),
+        _step: usize,
+        bounds: &Bounds,
+        _new_id: NewId,
+    ) -> Result<Plan, String> {
+        Client::recover(self, gen, held, bounds.plan)
+    }
+
+    fn offer_grow(
+        &self,
+        _gen: u64,
+        _after: usize,
+        _bounds: &Bounds,
+        _grow_id: NewId,
+    ) -> Result<Option<Order>, String> {
+        Ok(None)
+    }
+
+    fn grow_after(&self, gen: u64, step: usize) -> Option<(u64, usize)> {
+        Client::grow_after(self, gen, step)
+    }
+
+    fn missing(&self) -> usize {
+        0
+    }
+
+    fn finish(&self, _timeout: Duration) -> Result<(), String> {
+        Client::finish(self)
+    }
+}
+
+/// How long each step of a recovery may take, from the deadline D ([`crate::Config::deadline`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Bounds {
+    /// 2D + 1 s: how long rank 0 waits for every live member's report on a lost generation before it
+    /// treats the silent as dead. A member gives up on a lost collective within D of the news (its
+    /// revoke's quiescence wait).
     pub report: Duration,
+    /// 4D + 2 s: how long a member waits for the plan (rank 0's own give-up, up to 2D, then its
+    /// report wait).
     pub plan: Duration,
+    /// 4D: making the next communicator (shrink, init, grow).
     pub setup: Duration,
+    /// D/2: how long rank 0 waits for the members to confirm a grow (they wait for rank 0 in the round
+    /// before it, at most D).
     pub ready: Duration,
+    /// D + 1.75 s: from a frozen member's last line (its process stopped: SIGSTOP, a hung host, its
+    /// connection open and silent) to the plan without it. Rank 0 treats it as dead after
+    /// [`crate::protocol::SILENCE`] without a line, looking every 250 ms, and tells the others at
+    /// once; they give up within D and agree without waiting for it.
+    pub frozen: Duration,
 }
 
 impl Bounds {
+    /// The bounds for deadline D (at most [`crate::config::MAX_DEADLINE`], so that none overflows).
     pub fn new(deadline: Duration) -> Bounds {
+        let deadline = deadline.min(crate::config::MAX_DEADLINE);
         let second = Duration::from_secs(1);
         Bounds {
             report: 2 * deadline + second,
             plan: 4 * deadline + 2 * second,
             setup: 4 * deadline,
             ready: deadline / 2,
+            frozen: crate::protocol::SILENCE + crate::coordinator::BEAT_CHECK + deadline,
         }
     }
 }
@@ -168,9 +224,15 @@ mod tests {
 
     use super::*;
     use crate::client::Joined;
-    use crate::protocol::How;
+    use crate::protocol::{How, LINE_CAP, SILENCE};
     use crate::{bounded, client};
+    use metrale_gpu_launch::auth;
+    use metrale_gpu_launch::line::Lines;
+    use metrale_gpu_launch::token::JobToken;
+    use std::io::Write;
+    use std::net::TcpStream;
     use std::sync::mpsc;
+    use std::sync::Arc;
 
     const T: Duration = Duration::from_secs(10);
 
@@ -553,6 +615,103 @@ mod tests {
             (1..7).map(Ok).collect::<Vec<_>>(),
             "no live rank left out"
         );
+    }
+
+    /// A member's loss of a generation it is not in (a replacement's of the one before its grow), or
+    /// of an older one whose loss is over, is ignored: no member can lose the generation the others
+    /// train on with it. Its loss of the newest counts.
+    #[test]
+    fn a_loss_of_a_generation_the_member_is_not_in_is_ignored() {
+        let b = bounds(200);
+        let (c, members, master, _) = recovered(4, &[3], b);
+        let (_, joined, _) = grow_all(&c, (1, 10), &members, (1, 0), &master);
+        let say_lost = |m: &Client, gen| {
+            let _ = m.recover(gen, Held::Revoked, Duration::from_millis(1));
+        };
+        say_lost(&joined[0], 1); // the replacement joined at generation 2
+        say_lost(&members[0], 0); // generation 0's loss is over
+        say_lost(&joined[0], 2);
+        let why = wait_for("rank 0 hears of it", || c.lost(2));
+        assert_eq!(why, "the rendezvous: rank 3 lost generation 2");
+        assert_eq!(c.lost(3), None);
+    }
+
+    /// A first-world rank that says nothing after its hello unless the test writes for it: a frozen
+    /// process (its connection open, silent). Its connection, and its lines after the id.
+    fn raw_member(master: &str, rank: usize) -> (TcpStream, Lines) {
+        let conn = TcpStream::connect(master).expect("connect");
+        let mut lines = Lines::new(conn.try_clone().expect("clone"));
+        let by = Instant::now() + T;
+        let hello = format!("HELLO {rank}");
+        auth::prove(&mut lines, &JobToken::none(), &hello, by).expect("admitted");
+        let id = lines.next(LINE_CAP, Some(by)).expect("the id");
+        assert_eq!(id.as_deref(), Some("ID f00d"));
+        (conn, lines)
+    }
+
+    /// On a test clock: rank 1 beats every 250 ms of it, rank 2 is frozen from its hello on. Rank 2 is
+    /// not dead at 1.5 s of silence, is at 1.75 s (the silence bound, then the check after it), and the
+    /// others are told at once; rank 1, however slow its training, beats and is never excluded, nor is
+    /// a replacement that waits (it beats while it waits). The plan then leaves rank 2 out without
+    /// waiting for its report: the frozen rank is excluded within D + 1.75 s, where waiting for its
+    /// report took 3D + 1 s.
+    #[test]
+    fn a_frozen_member_is_excluded_within_its_bound_and_one_that_beats_never() {
+        let clock = Arc::new(crate::clock::TestClock::default());
+        let c = Coordinator::listen_with(
+            "127.0.0.1:0",
+            (3, 1),
+            "f00d",
+            JobToken::none(),
+            Arc::clone(&clock) as Arc<dyn crate::clock::Clock>,
+        )
+        .expect("listens");
+        let master = format!("127.0.0.1:{}", c.port());
+        let (mut slow, mut slow_lines) = raw_member(&master, 1);
+        let (_frozen, mut frozen_lines) = raw_member(&master, 2);
+        c.wait_members(T).expect("every rank connects");
+        let waiting = master.clone();
+        std::thread::spawn(move || Client::join(&waiting, T).map(drop));
+        wait_for("the replacement waits", || (c.waiting() == 1).then_some(()));
+        let beat = crate::coordinator::BEAT_CHECK;
+        for tick in 1..=12u32 {
+            let now = beat * tick;
+            clock.set(now);
+            writeln!(slow, "BEAT").expect("beat");
+            // Rank 1's beat and the replacement's own, heard at `now`.
+            let beaten = || c.heard_all().iter().filter(|&&t| t == now).count() == 2;
+            wait_for("rank 0 hears the beats", || beaten().then_some(()));
+            c.check_beats();
+            match now > SILENCE {
+                false => assert_eq!(c.lost(0), None, "at {now:?}"),
+                true => assert_eq!(
+                    c.lost(0).as_deref(),
+                    Some("the rendezvous: rank 2 of generation 0 said nothing for 1.5s (frozen, or cut off)"),
+                    "at {now:?}"
+                ),
+            }
+        }
+        let by = Some(Instant::now() + T);
+        let told = frozen_lines.next(LINE_CAP, by).expect("a line");
+        assert!(told
+            .is_some_and(|l| l.starts_with("EXCLUDED rank 2") && l.ends_with("treated as dead")));
+        let news = slow_lines.next(LINE_CAP, by).expect("a line");
+        assert!(news.is_some_and(|l| l.starts_with("RECOVER 0 rank 2")));
+        assert_eq!(c.waiting(), 1, "the replacement still waits");
+        writeln!(slow, "LOST 0 revoked").expect("report");
+        let b = bounds(100_000); // a report bound no test would wait out
+        let start = Instant::now();
+        let own = c.recover((0, Held::Revoked), 7, b.report, &mut no_id);
+        assert!(
+            start.elapsed() < b.report,
+            "waited for the frozen rank's report"
+        );
+        let shrink = How::Shrink { exclude: vec![2] };
+        assert_eq!(own.map(|p| (p.size, p.how)), Ok((2, shrink)));
+        let plan = slow_lines.next(LINE_CAP, by).expect("a line");
+        assert_eq!(plan.as_deref(), Some("SHRINK 1 1 2 7 2"));
+        let d = Duration::from_secs(5);
+        assert!(Bounds::new(d).frozen <= d + Duration::from_secs(2));
     }
 
     #[test]

@@ -18,16 +18,20 @@
 //! and waits until each has the order (`READY`) before it starts that round: no member can finish the
 //! round without rank 0, so every member holds the order when it does.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::gate::door::{Door, Ticket};
-use crate::gate::line::Lines;
-use crate::gate::token::JobToken;
+use metrale_gpu_launch::door::{self, Door, Ticket};
+use metrale_gpu_launch::line::Lines;
+use metrale_gpu_launch::token::JobToken;
+
+use crate::clock::{Clock, Monotonic};
 use crate::membership::{lock, shared, wait_until, NewId, Order, Shared};
-use crate::protocol::{rank_list, Held, How, Message, Plan, LINE_CAP};
+use crate::protocol::{rank_list, Held, How, Message, Plan, LINE_CAP, SILENCE};
 
 /// A member of the current generation, in rank order; rank 0 itself has no connection.
 struct Member {
@@ -35,6 +39,9 @@ struct Member {
     /// Which connection it is (to match the end a watcher reads); `None` until a first-world rank says
     /// `HELLO`.
     key: Option<u64>,
+    /// The first generation it is in (0 for the first world, its grow's for a replacement): a loss it
+    /// reports of an older one is none of its business.
+    since: u64,
     alive: bool,
     /// The generation it last reported lost, and how it holds it.
     held: Option<(u64, Held)>,
@@ -44,10 +51,11 @@ struct Member {
 }
 
 impl Member {
-    fn new(conn: Option<TcpStream>, key: Option<u64>) -> Member {
+    fn new(conn: Option<TcpStream>, key: Option<u64>, since: u64) -> Member {
         Member {
             conn,
             key,
+            since,
             alive: true,
             held: None,
             ready: true,
@@ -55,10 +63,15 @@ impl Member {
         }
     }
 
-    /// Sends `message`; a failure is that member's own death, which its watcher reports.
+    /// Sends `message`, within [`WRITE_BOUND`] (set on every connection it admits). A failure is that
+    /// member's death: its connection is shut (a line cut short would leave the rest unreadable), and
+    /// its watcher reads the end and reports it.
     fn send(&mut self, message: &Message) {
         if let Some(conn) = self.conn.as_mut() {
-            let _ = conn.write_all(format!("{message}\n").as_bytes());
+            if conn.write_all(format!("{message}\n").as_bytes()).is_err() {
+                let _ = conn.shutdown(Shutdown::Both);
+                self.conn = None;
+            }
         }
     }
 
@@ -96,9 +109,58 @@ struct Roster {
     grow: Option<Announced>,
     /// The first unique id, for `HELLO`.
     id: String,
+    /// When rank 0 last heard from each admitted connection (any line, `BEAT` most often), on
+    /// `clock`.
+    heard: HashMap<u64, Duration>,
+    clock: Arc<dyn Clock>,
 }
 
 impl Roster {
+    /// Connection `key` said something now.
+    fn heard(&mut self, key: u64) {
+        let now = self.clock.now();
+        self.heard.insert(key, now);
+    }
+
+    /// Every member and waiting replacement silent for more than [`SILENCE`] on the clock is dead: a
+    /// member is told `EXCLUDED` and its generation is lost, as a death's; a replacement leaves the
+    /// queue. One that still beats, however slow its training, never is.
+    fn check_beats(&mut self) {
+        let now = self.clock.now();
+        let heard = &self.heard;
+        let silent = |key: u64| {
+            heard
+                .get(&key)
+                .is_some_and(|&t| now.saturating_sub(t) > SILENCE)
+        };
+        let quiet: Vec<usize> = (0..self.members.len())
+            .filter(|&i| {
+                let m = &self.members[i];
+                m.alive && !m.done && m.conn.is_some() && m.key.is_some_and(silent)
+            })
+            .collect();
+        let (gone, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.joiners)
+            .into_iter()
+            .partition(|(key, _)| silent(*key));
+        self.joiners = waiting;
+        for (_, conn) in gone {
+            eprintln!(
+                "rank 0: rendezvous: a waiting replacement said nothing for {SILENCE:?}: let go"
+            );
+            let _ = conn.shutdown(Shutdown::Both);
+        }
+        let gen = self.gen;
+        for rank in quiet {
+            let why = format!(
+                "rank {rank} of generation {gen} said nothing for {SILENCE:?} (frozen, or cut off)"
+            );
+            self.members[rank].dismiss(&Message::Excluded {
+                why: format!("{why}: treated as dead"),
+            });
+            self.declare_lost(gen, why);
+        }
+    }
+
     fn rank_of(&self, key: u64) -> Option<usize> {
         self.members.iter().position(|m| m.key == Some(key))
     }
@@ -125,6 +187,7 @@ impl Roster {
     /// A watcher read the end of connection `key`.
     fn ended(&mut self, key: u64) {
         self.joiners.retain(|(k, _)| *k != key);
+        self.heard.remove(&key);
         let Some(rank) = self.rank_of(key) else {
             return;
         };
@@ -138,13 +201,28 @@ impl Roster {
     }
 
     fn received(&mut self, key: u64, message: Message) -> Result<(), String> {
+        // A waiting replacement beats too: heard (by the caller), nothing to file.
+        if message == Message::Beat {
+            return Ok(());
+        }
         let rank = self
             .rank_of(key)
             .ok_or(format!("{message} from a connection that is no member"))?;
         match message {
-            // Any generation up to the newest: a member still on the parent of an announced grow
-            // that gave its parent up cannot grow, so the newest is lost as well.
+            // The newest generation, or the parent of an announced grow (a member still on it that
+            // gave it up cannot grow, so the newest is lost as well); never one the member is not in,
+            // nor an older one, whose loss is over: those are ignored, so that no member can lose a
+            // generation it has no part in.
             Message::Lost { gen, held } if gen <= self.gen => {
+                let on_parent = self.grow.is_some_and(|g| g.gen == self.gen) && gen + 1 == self.gen;
+                if gen < self.members[rank].since || (gen != self.gen && !on_parent) {
+                    eprintln!(
+                        "rank 0: rendezvous: ignored rank {rank}'s loss of generation {gen}: it is in \
+                         generations {} to {} (now {})",
+                        self.members[rank].since, self.gen, self.gen
+                    );
+                    return Ok(());
+                }
                 self.members[rank].held = Some((gen, held));
                 let newest = self.gen;
                 self.declare_lost(newest, format!("rank {rank} lost generation {gen}"));
@@ -182,25 +260,67 @@ impl Roster {
     }
 }
 
+/// How often rank 0 looks for members silent past [`SILENCE`]: a frozen member is dead within
+/// `SILENCE + BEAT_CHECK` (1.75 s) of its last line.
+pub const BEAT_CHECK: Duration = Duration::from_millis(250);
+
+/// How long rank 0 may take to write a line to a member or a waiting replacement: far above what a
+/// live one's reader (a thread that does nothing else) needs, so that a member that reads nothing
+/// (frozen, its socket's buffer full) costs rank 0 at most this, once; it is then dead.
+pub const WRITE_BOUND: Duration = Duration::from_secs(1);
+
+/// The most connection threads (and so connections) rank 0 holds at once in a world of `world`: one
+/// for each connection waiting for its hello ([`door::pending_cap`]), each member (`world - 1` at
+/// most) and each waiting replacement ([`joiner_cap`]).
+pub fn thread_cap(world: usize) -> usize {
+    door::pending_cap(world) + (world - 1) + joiner_cap(world)
+}
+
+/// The most replacements that wait for a grow at once: the first world's size. Over it the newest is
+/// refused (closed, with a line on rank 0's stderr), and tries again within its own bound.
+pub fn joiner_cap(world: usize) -> usize {
+    world
+}
+
 /// Rank 0's side.
 pub struct Coordinator {
     roster: Shared<Roster>,
     port: u16,
-    /// Who may connect (`../gate`), and whom it refused.
+    /// Who may connect, and whom it refused.
     door: Arc<Door>,
+    /// Connection threads running, for the tests.
+    #[cfg(test)]
+    threads: Arc<AtomicUsize>,
+    /// Set when it is dropped: the heartbeats' thread ends.
+    closed: Arc<AtomicBool>,
+}
+
+impl Drop for Coordinator {
+    fn drop(&mut self) {
+        self.closed.store(true, Ordering::Release);
+    }
+}
+
+/// A connection thread's place in the count; dropping it (the thread ends, or never started) frees it.
+struct Running(Arc<AtomicUsize>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Coordinator {
-    /// Listens on the port of `master` (every interface, as torchrun does; port 0 picks one) for the
-    /// other `world - 1` ranks of the first world, to be handed `id`, and for replacements: those whose
-    /// hello carries this job's token (`JobToken::of_this_job`). The job goes on as long as at least
-    /// `min` ranks survive.
+    /// Listens at `master` ([`door::bind`]: loopback alone for a loopback address, else every
+    /// interface; port 0 picks one) for the other `world - 1` ranks of the first world, to be handed
+    /// `id`, and for replacements: those that prove this job's token ([`JobToken::of_this_job`]). The
+    /// job goes on as long as at least `min` ranks survive.
     pub fn listen(master: &str, world: usize, min: usize, id: &str) -> Result<Coordinator, String> {
-        let token = JobToken::of_this_job("rank 0")?;
+        let token = JobToken::of_this_job(master, "rank 0")?;
         Coordinator::listen_for(master, world, min, id, token)
     }
 
-    /// [`Coordinator::listen`], admitting hellos that carry `token`.
+    /// [`Coordinator::listen`], admitting those that prove `token`.
     pub fn listen_for(
         master: &str,
         world: usize,
@@ -208,15 +328,22 @@ impl Coordinator {
         id: &str,
         token: JobToken,
     ) -> Result<Coordinator, String> {
-        let port = master
-            .rsplit_once(':')
-            .and_then(|(_, p)| p.parse::<u16>().ok())
-            .ok_or(format!("--master '{master}' has no port"))?;
-        let listener = TcpListener::bind(("0.0.0.0", port))
-            .map_err(|e| format!("rank 0 cannot listen on port {port}: {e}"))?;
+        Coordinator::listen_with(master, (world, min), id, token, Arc::new(Monotonic::new()))
+    }
+
+    /// [`Coordinator::listen_for`] for a world of `world` ranks going on down to `min`, reading its
+    /// members' silence on `clock`: a thread looks every [`BEAT_CHECK`].
+    pub fn listen_with(
+        master: &str,
+        (world, min): (usize, usize),
+        id: &str,
+        token: JobToken,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Coordinator, String> {
+        let listener = door::bind(master)?;
         let port = listener.local_addr().map_err(|e| e.to_string())?.port();
-        let mut members = vec![Member::new(None, Some(0))];
-        members.extend((1..world).map(|_| Member::new(None, None)));
+        let mut members = vec![Member::new(None, Some(0), 0)];
+        members.extend((1..world).map(|_| Member::new(None, None, 0)));
         let roster = shared(Roster {
             members,
             gen: 0,
@@ -226,11 +353,36 @@ impl Coordinator {
             min,
             grow: None,
             id: id.to_string(),
+            heard: HashMap::new(),
+            clock,
         });
-        let door = Door::new("rank 0", token, crate::gate::pending_cap(world));
-        let (accepted, admits) = (Arc::clone(&roster), Arc::clone(&door));
-        std::thread::spawn(move || accept_loop(listener, accepted, admits));
-        Ok(Coordinator { roster, port, door })
+        let closed = Arc::new(AtomicBool::new(false));
+        let (checked, watching) = (Arc::clone(&roster), Arc::clone(&closed));
+        std::thread::Builder::new()
+            .name("rank 0 heartbeats".into())
+            .spawn(move || {
+                while !watching.load(Ordering::Acquire) {
+                    std::thread::sleep(BEAT_CHECK);
+                    lock(&checked).check_beats();
+                    checked.1.notify_all();
+                }
+            })
+            .map_err(|e| format!("rank 0: no thread for the heartbeats: {e}"))?;
+        let door = Door::new("rank 0", token, door::pending_cap(world));
+        let threads = Arc::new(AtomicUsize::new(0));
+        let accepting = (Arc::clone(&roster), Arc::clone(&door), Arc::clone(&threads));
+        std::thread::Builder::new()
+            .name("rank 0 rendezvous".into())
+            .spawn(move || accept_loop(listener, accepting, thread_cap(world)))
+            .map_err(|e| format!("rank 0: no thread for the rendezvous: {e}"))?;
+        Ok(Coordinator {
+            roster,
+            port,
+            door,
+            closed,
+            #[cfg(test)]
+            threads,
+        })
     }
 
     /// The port it listens on.
@@ -352,7 +504,7 @@ impl Coordinator {
         let mut members = std::mem::take(&mut r.members);
         r.members = survivors
             .iter()
-            .map(|&i| std::mem::replace(&mut members[i], Member::new(None, None)))
+            .map(|&i| std::mem::replace(&mut members[i], Member::new(None, None, 0)))
             .collect();
         for m in r.members.iter_mut() {
             m.held = None;
@@ -425,7 +577,7 @@ impl Coordinator {
         }
         let joiners: Vec<(u64, TcpStream)> = r.joiners.drain(..take).collect();
         for (key, conn) in joiners {
-            let mut member = Member::new(Some(conn), Some(key));
+            let mut member = Member::new(Some(conn), Some(key), next);
             member.send(&Message::GrowId {
                 gen: next,
                 rank: r.members.len(),
@@ -500,6 +652,26 @@ impl Coordinator {
         lock(&self.roster).joiners.len()
     }
 
+    /// When rank 0 last heard from each admitted connection, on its clock, for the tests.
+    #[cfg(test)]
+    pub fn heard_all(&self) -> Vec<Duration> {
+        lock(&self.roster).heard.values().copied().collect()
+    }
+
+    /// One look for silent members now, as the heartbeats' thread makes every [`BEAT_CHECK`], for
+    /// the tests.
+    #[cfg(test)]
+    pub fn check_beats(&self) {
+        lock(&self.roster).check_beats();
+        self.roster.1.notify_all();
+    }
+
+    /// Connection threads running, for the tests.
+    #[cfg(test)]
+    pub fn threads(&self) -> usize {
+        self.threads.load(Ordering::Acquire)
+    }
+
     /// What a crash does to the rendezvous, for the tests: every connection closes at once.
     #[cfg(test)]
     pub fn crash(&self) {
@@ -515,24 +687,43 @@ impl Coordinator {
     }
 }
 
-/// Accepts members for the life of the process; each connection gets a thread that reads its hello
-/// (within the door's bounds: a stray is refused there), then files its messages and reports its end.
-fn accept_loop(listener: TcpListener, roster: Shared<Roster>, door: Arc<Door>) {
+/// What the accept loop shares with the connections: the roster, the door, the thread count.
+type Accepting = (Shared<Roster>, Arc<Door>, Arc<AtomicUsize>);
+
+/// Accepts members for the life of the process; each connection gets a thread (at most `cap` at once:
+/// over it, or where no thread can be made, the connection is refused with a line, and the loop goes
+/// on) that reads its hello (within the door's bounds: a stray is refused there), then files its
+/// messages and reports its end.
+fn accept_loop(listener: TcpListener, (roster, door, threads): Accepting, cap: usize) {
     for (key, conn) in (1u64..).zip(listener.incoming()) {
         // Out of descriptors, or a connection aborted in the queue: a moment, then the next.
         let Ok(conn) = conn else {
             std::thread::sleep(Duration::from_millis(5));
             continue;
         };
-        let Some(ticket) = conn.peer_addr().ok().and_then(|peer| door.enter(peer)) else {
+        let Ok(peer) = conn.peer_addr() else { continue };
+        let Some(ticket) = door.enter(peer) else {
             continue;
         };
-        let (roster, door) = (Arc::clone(&roster), Arc::clone(&door));
-        std::thread::spawn(move || {
-            if let Err(e) = serve(conn, key, &roster, &door, ticket) {
-                eprintln!("rank 0: rendezvous: {e}");
-            }
-        });
+        if threads.fetch_add(1, Ordering::AcqRel) >= cap {
+            threads.fetch_sub(1, Ordering::AcqRel);
+            door.refuse(peer, &format!("rank 0 holds {cap} connections already"));
+            continue;
+        }
+        let running = Running(Arc::clone(&threads));
+        let (roster, door_of) = (Arc::clone(&roster), Arc::clone(&door));
+        let spawned = std::thread::Builder::new()
+            .name("rank 0 connection".into())
+            .spawn(move || {
+                let _running = running;
+                if let Err(e) = serve(conn, key, &roster, &door_of, ticket) {
+                    eprintln!("rank 0: rendezvous: {e}");
+                }
+            });
+        // The closure, and with it the connection, its ticket and its place, is dropped unrun.
+        if let Err(e) = spawned {
+            door.refuse(peer, &format!("no thread to serve it: {e}"));
+        }
     }
 }
 
@@ -547,9 +738,12 @@ fn serve(
     ticket: Ticket,
 ) -> Result<(), String> {
     let peer = conn.peer_addr().map_err(|e| e.to_string())?;
+    // Accepted from a blocking listener; every write to it from now on is bounded.
+    conn.set_write_timeout(Some(WRITE_BOUND))
+        .map_err(|e| e.to_string())?;
     let mut lines = Lines::new(conn.try_clone().map_err(|e| e.to_string())?);
     let hello = door
-        .hello(&mut lines, Instant::now() + crate::gate::HELLO_BOUND)
+        .hello(&mut lines, Instant::now() + door::HELLO_BOUND)
         .and_then(|payload| Message::parse(&payload));
     if let Err(why) = admit(conn, key, hello, roster) {
         door.refuse(peer, &why);
@@ -561,7 +755,10 @@ fn serve(
         let filed = match lines.next(LINE_CAP, None) {
             Ok(None) => break,
             Ok(Some(line)) => Message::parse(&line).and_then(|m| {
-                let filed = lock(roster).received(key, m);
+                let mut r = lock(roster);
+                r.heard(key);
+                let filed = r.received(key, m);
+                drop(r);
                 roster.1.notify_all();
                 filed
             }),
@@ -595,11 +792,52 @@ fn admit(
             }
             conn.write_all(format!("{}\n", Message::Id { id }).as_bytes())
                 .map_err(|e| e.to_string())?;
-            r.members[rank] = Member::new(Some(conn), Some(key));
+            r.members[rank] = Member::new(Some(conn), Some(key), 0);
+        }
+        Message::Join if r.joiners.len() >= joiner_cap(r.world) => {
+            return Err(format!(
+                "{} replacements wait already, the most ({}, the first world's size)",
+                r.joiners.len(),
+                joiner_cap(r.world)
+            ))
         }
         Message::Join => r.joiners.push((key, conn)),
         other => return Err(format!("is not a member of this job (said {other})")),
     }
+    r.heard(key);
     roster.1.notify_all();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    /// A member that reads nothing (a frozen process) costs rank 0 at most [`WRITE_BOUND`] a write:
+    /// once its socket's buffers are full the write gives up and the member's connection is shut,
+    /// which its peer reads as the end.
+    #[test]
+    fn a_member_that_reads_nothing_is_shut_after_one_bounded_write() {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let mut frozen = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let conn = l.accept().expect("accept").0;
+        conn.set_write_timeout(Some(WRITE_BOUND)).expect("bound");
+        let mut member = Member::new(Some(conn), Some(1), 0);
+        let why = "x".repeat(LINE_CAP - 64);
+        let message = Message::Recover { gen: 0, why };
+        // Loopback's buffers hold a few MiB: far fewer writes than this fill them.
+        let mut sent = 0;
+        while sent < 100_000 && member.conn.is_some() {
+            member.send(&message);
+            sent += 1;
+        }
+        assert!(sent < 100_000, "every write went through: no bound");
+        let mut rest = Vec::new();
+        let _ = frozen.read_to_end(&mut rest);
+        assert!(
+            rest.len() < sent * LINE_CAP,
+            "the frozen member read the end"
+        );
+    }
 }
