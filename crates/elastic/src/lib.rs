@@ -20,7 +20,6 @@
 //! - [`lines`]: reading the `ELASTIC` lines a rank reports its phases with.
 
 #[cfg(any(nccl_2_29, test))]
-mod bounded;
 mod client;
 mod clock;
 pub mod config;

@@ -223,12 +223,13 @@ mod tests {
     //! The agreement over TCP on loopback, with threads for ranks: no GPU, no NCCL.
 
     use super::*;
+    use crate::client;
     use crate::client::Joined;
     use crate::protocol::{How, LINE_CAP, SILENCE};
-    use crate::{bounded, client};
     use metrale_gpu_launch::auth;
     use metrale_gpu_launch::line::Lines;
     use metrale_gpu_launch::token::JobToken;
+    use metrale_gpu_watchdog::bounded;
     use std::io::Write;
     use std::net::TcpStream;
     use std::sync::mpsc;
@@ -789,6 +790,7 @@ mod tests {
             };
             bounded::call("ncclCommGetUniqueId", T, &|| c.lost(1), call, |()| ())
                 .map(|()| "a11".to_string())
+                .map_err(|e| e.to_string())
         };
         let start = Instant::now();
         let order = c.offer_grow(1, 9, T, &mut grow_id);

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use metrale_gpu_sys::cuda::{self, CUstream};
 use metrale_gpu_sys::nccl::*;
 use metrale_gpu_watchdog::{
-    CommWork, Communicator, GiveUp, GiveUpError, Poll, WaitError, Watchdog, Watched,
+    bounded, CommWork, Communicator, GiveUp, GiveUpBound, GiveUpCall, GiveUpError, Poll, WaitError,
+    Watchdog, Watched,
 };
 
-use crate::bounded;
 use crate::fabric::{unix_us, Lost, Outcome};
 use crate::membership::Membership;
 use crate::protocol::Held;
@@ -36,10 +36,6 @@ struct Watch<'a> {
     /// An idle communicator: nothing to finish, so the news comes first.
     idle: bool,
     given_up_at: Option<Instant>,
-    /// Set for a communicator whose init job may be stuck in NCCL's bootstrap (a grow's): its abort
-    /// joins that job, so it runs on a thread of its own within this bound (`abort_bounded`), which
-    /// takes the handle from the communicator (never touched again here).
-    abort_bound: Option<Duration>,
 }
 
 impl<'a> Watch<'a> {
@@ -50,7 +46,6 @@ impl<'a> Watch<'a> {
             gen,
             idle: false,
             given_up_at: None,
-            abort_bound: None,
         }
     }
 
@@ -98,17 +93,18 @@ impl Watched for Watch<'_> {
 
     fn abort(&mut self) -> Result<(), GpuError> {
         self.given_up_at.get_or_insert_with(Instant::now);
-        match self.abort_bound {
-            // Taken from the communicator (which is then abandoned: nothing else touches it) for an
-            // abort on a thread of its own; given up on before: nothing to take, nothing to do.
-            Some(bound) => {
-                if let Some(comm) = self.work.communicator().take_raw() {
-                    abort_bounded(comm, bound);
-                }
-                Ok(())
-            }
-            None => self.work.abort(),
-        }
+        self.work.abort()
+    }
+
+    // The watchdog's give-up runs on a thread of its own, bounded by the wait's give-up bound: a grow's
+    // abort joins an init job that may be stuck in NCCL's bootstrap with a dead peer.
+    fn hand_over(&mut self, how: GiveUp) -> GiveUpCall {
+        self.given_up_at.get_or_insert_with(Instant::now);
+        self.work.hand_over(how)
+    }
+
+    fn forget(&mut self) {
+        self.work.forget()
     }
 
     fn revoke(&mut self) -> Result<(), GiveUpError> {
@@ -127,8 +123,13 @@ impl Watched for Watch<'_> {
 /// A non-blocking call's status on `watch`'s communicator, then (`ncclInProgress`) its end within
 /// `limit`: the watchdog's check, which aborts the communicator if the call fails or the rendezvous
 /// says its generation is lost.
-fn settle(res: NcclResult, watch: &mut Watch, what: &str, limit: Duration) -> Result<(), String> {
-    Watchdog::abort_after(limit)
+fn settle(
+    res: NcclResult,
+    watch: &mut Watch,
+    what: &str,
+    watchdog: Watchdog,
+) -> Result<(), String> {
+    watchdog
         .check_on(res, watch, what)
         .map_err(|e| e.to_string())
 }
@@ -158,7 +159,7 @@ pub fn init(
         res,
         &mut Watch::new(CommWork::new(&mut owned), who, gen),
         "ncclCommInitRankConfig",
-        limit,
+        Watchdog::abort_after(limit),
     )?;
     owned
         .into_raw()
@@ -197,7 +198,10 @@ fn abort_bounded(comm: NcclComm, bound: Duration) {
             }
         },
     );
-    if let Err(e) = released.and_then(|released| released) {
+    if let Err(e) = released
+        .map_err(|e| e.to_string())
+        .and_then(|released| released)
+    {
         eprintln!("warning: {e}");
     }
 }
@@ -238,7 +242,12 @@ pub fn shrink(
     // thread alone.
     let mut parent = unsafe { Communicator::from_raw(parent) };
     let on_parent = &mut Watch::new(CommWork::new(&mut parent), who, gen);
-    let parent_done = settle(res, on_parent, "ncclCommShrink", limit);
+    let parent_done = settle(
+        res,
+        on_parent,
+        "ncclCommShrink",
+        Watchdog::abort_after(limit),
+    );
     // Settled, or aborted (which ends the shrink's job): the job has written the handle if it made one.
     let shrunk = cell.load(Ordering::Acquire);
     let result = match (parent_done, shrunk.is_null()) {
@@ -254,7 +263,7 @@ pub fn shrink(
                     NcclResult::ncclInProgress,
                     on_child,
                     "the shrunk communicator",
-                    limit,
+                    Watchdog::abort_after(limit),
                 )
             });
             match ready {
@@ -275,7 +284,7 @@ pub fn shrink(
 }
 
 /// A communicator, or the caller's CUDA context, handed to the thread of a bounded call
-/// (`bounded.rs`); nothing else is wrapped.
+/// (`metrale_gpu_watchdog::bounded`); nothing else is wrapped.
 struct Handed<T>(T);
 
 // SAFETY: NCCL and CUDA take these handles from any thread, one thread at a time: the rank hands one
@@ -320,7 +329,7 @@ fn abort_all(comms: &[NcclComm]) {
 }
 
 /// Rank 0's `ncclCommGetUniqueId` on idle generation `gen`, for the grow: on a thread of its own,
-/// given up on when the rendezvous says `gen` is lost or after `limit` (see `bounded.rs`: it sends to
+/// given up on when the rendezvous says `gen` is lost or after `limit` (see `metrale_gpu_watchdog::bounded`: it sends to
 /// ranks 0 and N-1 before it returns, and retries a dead one for about a minute). An error means the
 /// communicator is gone: aborted after NCCL's error, or left to the call's thread, which aborts it.
 pub fn grow_id(
@@ -343,7 +352,8 @@ pub fn grow_id(
         },
         |(handed, _, _)| abort_all(&[handed.get()]),
     )
-    .map(|(_, res, id)| (res, id))?;
+    .map(|(_, res, id)| (res, id))
+    .map_err(|e| e.to_string())?;
     if let Err(e) = check_nccl(res, "ncclCommGetUniqueId") {
         abort_all(&[comm]);
         return Err(e.to_string());
@@ -403,7 +413,7 @@ pub fn grow(
             return Err(e);
         }
         // The call's thread holds both.
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.to_string()),
     };
     let grown = cell.load(Ordering::Acquire);
     let result = match grown.is_null() {
@@ -416,9 +426,10 @@ pub fn grow(
             // thread alone.
             let mut owned = unsafe { Communicator::from_raw(grown) };
             let mut watch = Watch::new(CommWork::new(&mut owned), who, gen);
-            watch.abort_bound = Some(grow_abort_bound(limit));
             let left = limit.saturating_sub(start.elapsed());
-            let ready = settle(res, &mut watch, "ncclCommGrow", left);
+            let bound = GiveUpBound::Return(grow_abort_bound(limit));
+            let watchdog = Watchdog::abort_after(left).with_give_up_bound(bound);
+            let ready = settle(res, &mut watch, "ncclCommGrow", watchdog);
             // Not given up on (a wait's abort takes the handle): aborted here, within the same bound.
             if let (Err(_), Some(grown)) = (&ready, owned.take_raw()) {
                 abort_bounded(grown, grow_abort_bound(limit));
