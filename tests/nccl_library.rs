@@ -7,8 +7,13 @@ use metrale_gpu_sys::version::{self, NcclVersion};
 #[test]
 fn library_version_is_the_headers_version() {
     // The build links the library found beside the headers; ci/setup installs the same version of both.
+    // A library the operator names may be newer (a user who upgraded libnccl before the crate).
     let library = version::library_version().expect("ncclGetVersion");
-    assert_eq!(library, NcclVersion::HEADERS);
+    if std::env::var_os("METRALE_NCCL_LIBRARY").is_some() {
+        assert!(library >= NcclVersion::HEADERS, "{library}");
+    } else {
+        assert_eq!(library, NcclVersion::HEADERS);
+    }
     assert_eq!(version::check_library_version(), Ok(library));
     let path = version::library_path().expect("dladdr finds libnccl");
     assert!(path.contains("libnccl.so"), "{path}");
