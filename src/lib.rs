@@ -9,8 +9,7 @@
 //! - [`cuda`]: the driver, loaded at run time (machines without a GPU have no `libcuda.so.1`).
 //! - [`stream`]: the stream and event helpers, and the contract every handle passed to them follows.
 //! - [`loader`]: libnccl, loaded at run time by default (feature `link` links it instead): where it is
-//!   searched, and what a call that cannot reach it returns (see the README's "How the library is found
-//!   at run time").
+//!   searched, and what a call that cannot reach it returns (see docs/loading.md).
 //! - [`version`]: the headers' NCCL version against the loaded library's, the library's file and search.
 //!
 //! Waits with a deadline that give up on the communicators (abort, or revoke with NCCL 2.29+) instead of
@@ -212,3 +211,8 @@ pub use nccl::*;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The Rust blocks of the docs pages, compiled as the README's are.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/versions.md")]
+struct VersionsDoctests;
