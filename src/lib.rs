@@ -215,3 +215,8 @@ pub use nccl::*;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The Rust blocks of the docs pages, compiled as the README's are.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/versions.md")]
+struct VersionsDoctests;

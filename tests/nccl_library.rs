@@ -16,6 +16,7 @@ fn library_version_is_the_headers_version_unless_another_is_named() {
     match std::env::var_os("METRALE_NCCL_LIBRARY") {
         None => assert_eq!(library, NcclVersion::HEADERS),
         Some(named) => {
+            assert!(library >= NcclVersion::HEADERS, "{library}");
             let named = std::path::PathBuf::from(named);
             let canonical = |p: &std::path::Path| p.canonicalize().unwrap_or_else(|_| p.into());
             let file = if named.is_dir() {

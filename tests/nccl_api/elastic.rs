@@ -84,7 +84,7 @@ const LATE: Duration = Duration::from_secs(3);
 /// The fewest rounds a `late` job trains, whatever [`ITERS_VAR`] says: room for a second grow when its
 /// two replacements come one at a time. The example checks a grown world for 20 rounds before it offers
 /// the next grow; on one GPU shared by about 32 rank processes a first late grow came at round 131, and
-/// at 150 rounds the second replacement found the job over (session 9).
+/// at 150 rounds the second replacement found the job over.
 const LATE_ITERS: usize = 300;
 
 /// A phase of a recovery in which a later death lands: when rank 0 enters it.
@@ -1004,8 +1004,8 @@ fn a_given_up_grow_then_an_init_at_full_size_is_a_recovery() {
 }
 
 /// A replacement is a member of the generations it printed `phase=made` for, and of no other. One whose
-/// grow was lost said so (`phase=detect`) and awaits a world still: counted as joined (16r4 run 3 of
-/// session 9), a scenario of four deaths was asked for a fifth replacement.
+/// grow was lost said so (`phase=detect`) and awaits a world still: counted as joined (in a 16r4 run),
+/// a scenario of four deaths was asked for a fifth replacement.
 #[test]
 fn a_replacement_whose_grow_was_lost_is_still_pending() {
     let lost = "[stderr] replacement: no job token\n\

@@ -562,7 +562,7 @@ mod tests {
         assert_eq!(c.missing(), 0);
     }
 
-    /// The GPU run of issue 26: 8 ranks, one dead, 7 survivors on generation 1 about to grow with a
+    /// A GPU run: 8 ranks, one dead, 7 survivors on generation 1 about to grow with a
     /// replacement (generation 2); old rank 5 dies at the grow. Three members were still checking
     /// generation 1 and report it, the others (and the replacement) report generation 2: all of them
     /// are survivors, and the plan (an init: not all hold generation 2) takes every one.
