@@ -19,7 +19,6 @@
 //!   tests' fake ranks.
 //! - [`lines`]: reading the `ELASTIC` lines a rank reports its phases with.
 
-#[cfg(any(nccl_2_29, test))]
 mod client;
 mod clock;
 pub mod config;

@@ -107,7 +107,9 @@ pub(crate) struct Handed(pub(crate) NcclComm);
 unsafe impl Send for Handed {}
 
 impl Handed {
-    /// The handle (a method, so that a closure captures the `Send` wrapper, not the bare handle).
+    /// The handle (a method, so that a closure captures the `Send` wrapper, not the bare handle): for
+    /// the revoke, which only headers of NCCL 2.29 or newer declare.
+    #[cfg(nccl_2_29)]
     pub(crate) fn get(self) -> NcclComm {
         self.0
     }
