@@ -5,12 +5,15 @@ use crate::config::Config;
 use crate::error::Error;
 use etcd_client::{Client, ConnectOptions};
 use std::future::Future;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use tokio::runtime::Runtime;
 
 /// The runtime's threads: one worker (the calls, the lease's renewals) and at most this many blocking
 /// threads (a name lookup of an endpoint).
 const BLOCKING_THREADS: usize = 2;
+/// How soon a call that failed for a reason a retry may change is tried again, within its bound.
+const RETRY: Duration = Duration::from_millis(50);
 
 pub(crate) struct Etcd {
     rt: Runtime,
@@ -82,19 +85,43 @@ impl Etcd {
         })
     }
 
-    /// Runs `f` on a clone of the client, bounded by the call timeout.
-    pub(crate) fn call<T, F>(&self, what: &str, f: impl FnOnce(Client) -> F) -> Result<T, Error>
+    /// Runs `f(client, request)` bounded by the call timeout, again (after [`RETRY`]) where it failed for
+    /// a reason a retry may change (no leader yet, an endpoint gone: the next try may reach another).
+    /// Every request of this crate may be sent twice: a put of the same value, a create-if-absent (the
+    /// second finds the first's key), a revocation, a read.
+    pub(crate) fn call<R, T, F>(
+        &self,
+        what: &str,
+        request: R,
+        f: impl Fn(Client, R) -> F,
+    ) -> Result<T, Error>
     where
+        R: Clone,
         F: Future<Output = Result<T, etcd_client::Error>>,
     {
-        let fut = f(self.client.clone());
+        // The last failure, should the bound pass during the pause or the next try.
+        let last = Mutex::new(String::from("no answer"));
+        let tries = async {
+            loop {
+                match f(self.client.clone(), request.clone()).await {
+                    Err(e) if classify(&e) == Kind::Transient => {
+                        *last.lock().unwrap_or_else(PoisonError::into_inner) = e.to_string();
+                        tokio::time::sleep(RETRY).await;
+                    }
+                    done => return done,
+                }
+            }
+        };
         match self
             .rt
-            .block_on(async { tokio::time::timeout(self.call, fut).await })
+            .block_on(async { tokio::time::timeout(self.call, tries).await })
         {
             Ok(Ok(t)) => Ok(t),
             Ok(Err(e)) => Err(self.error(what, &e)),
-            Err(_) => Err(self.unavailable(what, "no answer".into())),
+            Err(_) => Err(self.unavailable(
+                what,
+                last.into_inner().unwrap_or_else(PoisonError::into_inner),
+            )),
         }
     }
 

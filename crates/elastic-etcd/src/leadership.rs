@@ -48,7 +48,11 @@ impl Member {
                 Some(PutOptions::new().with_lease(id)),
             )])
             .or_else([TxnOp::get(key, None)]);
-        let answer = self.call("a campaign", |mut c| async move { c.txn(txn).await })?;
+        let answer = self.call(
+            "a campaign",
+            txn,
+            |mut c, txn| async move { c.txn(txn).await },
+        )?;
         if answer.succeeded() {
             // The put's revision is the key's create revision: it did not exist.
             let since = answer.header().map_or(0, |h| h.revision());
@@ -147,7 +151,7 @@ impl Member {
             )])
             .and_then(ops)
             .or_else([TxnOp::get(key, None)]);
-        let answer = self.call(what, |mut c| async move { c.txn(txn).await })?;
+        let answer = self.call(what, txn, |mut c, txn| async move { c.txn(txn).await })?;
         if answer.succeeded() {
             return Ok(answer);
         }

@@ -43,8 +43,8 @@ impl Lease {
     pub(crate) fn grant(etcd: &Etcd) -> Result<Lease, Error> {
         let ttl_secs = etcd.ttl.as_secs() as i64;
         let sent = Instant::now();
-        let granted = etcd.call("a lease grant", |mut c| async move {
-            c.lease_grant(ttl_secs, None).await
+        let granted = etcd.call("a lease grant", ttl_secs, |mut c, ttl| async move {
+            c.lease_grant(ttl, None).await
         })?;
         let ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0));
         let health = Arc::new(Mutex::new(Health {
@@ -83,7 +83,7 @@ impl Lease {
             return Ok(());
         }
         let id = self.id;
-        let asked = etcd.call("a lease's time to live", |mut c| async move {
+        let asked = etcd.call("a lease's time to live", id, |mut c, id| async move {
             c.lease_time_to_live(id, None).await
         });
         match asked {

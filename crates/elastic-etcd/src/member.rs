@@ -97,7 +97,9 @@ impl Member {
                 value,
                 Some(PutOptions::new().with_lease(id)),
             )]);
-        let created = member.call("the registration", |mut c| async move { c.txn(txn).await })?;
+        let created = member.call("the registration", txn, |mut c, txn| async move {
+            c.txn(txn).await
+        })?;
         if !created.succeeded() {
             return Err(Error::NameTaken { name: name.into() });
         }
@@ -132,9 +134,12 @@ impl Member {
         let options = GetOptions::new()
             .with_prefix()
             .with_limit(VIEW_CAP as i64 + 1);
-        let got = self.call("a read of the job", |mut c| async move {
-            c.get(prefix, Some(options)).await
-        })?;
+        let request = (prefix, options);
+        let got = self.call(
+            "a read of the job",
+            request,
+            |mut c, (prefix, options)| async move { c.get(prefix, Some(options)).await },
+        )?;
         if got.kvs().len() > VIEW_CAP || got.more() {
             return Err(Error::TooLarge {
                 what: "the job's key count".into(),
@@ -183,11 +188,16 @@ impl Member {
         check_name("a topic", topic)?;
         check_value("a report", value)?;
         let key = self.key(&format!("reports/{topic}/{}", self.name));
-        let (id, value) = (self.lease.id, value.to_vec());
-        let put = self.call("a report", |mut c| async move {
-            c.put(key, value, Some(PutOptions::new().with_lease(id)))
-                .await
-        })?;
+        let request = (
+            key,
+            value.to_vec(),
+            PutOptions::new().with_lease(self.lease.id),
+        );
+        let put = self.call(
+            "a report",
+            request,
+            |mut c, (key, value, options)| async move { c.put(key, value, Some(options)).await },
+        )?;
         Ok(put.header().map_or(0, |h| h.revision()))
     }
 
@@ -250,7 +260,7 @@ impl Member {
         let id = self.lease.id;
         match self
             .etcd
-            .call("the lease's revocation", |mut c| async move {
+            .call("the lease's revocation", id, |mut c, id| async move {
                 c.lease_revoke(id).await
             }) {
             Ok(_) | Err(Error::LeaseExpired { .. }) => Ok(()),
@@ -265,16 +275,18 @@ impl Member {
 
     /// One bounded call, after a check of the lease; a call that failed for want of an answer is
     /// reported as the lease's final error where the lease has lapsed meanwhile.
-    pub(crate) fn call<T, F>(
+    pub(crate) fn call<R, T, F>(
         &self,
         what: &str,
-        f: impl FnOnce(etcd_client::Client) -> F,
+        request: R,
+        f: impl Fn(etcd_client::Client, R) -> F,
     ) -> Result<T, Error>
     where
+        R: Clone,
         F: std::future::Future<Output = Result<T, etcd_client::Error>>,
     {
         self.alive()?;
-        match self.etcd.call(what, f) {
+        match self.etcd.call(what, request, f) {
             Err(e @ Error::Unavailable { .. }) => Err(self.alive().err().unwrap_or(e)),
             other => other,
         }
