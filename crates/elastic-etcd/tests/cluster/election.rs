@@ -1,21 +1,10 @@
 //! The coordinating role: taken over within the bound when its holder dies, in the steady state and
 //! during a takeover; a deposed coordinator's writes refused; names of live members taken.
 
-use crate::fake::{assert_one_coordinator_per_generation, last_world, Event, Job};
+use crate::fake::{assert_one_coordinator_per_generation, last_world, Event, Job, POLL};
 use crate::support;
 use metrale_gpu_elastic_etcd::{Bounds, Campaign, Error, Member};
 use std::time::{Duration, Instant};
-
-/// The first coordinator: the rank that took the first term.
-fn first_coordinator(job: &Job) -> String {
-    job.events()
-        .iter()
-        .find_map(|e| match e {
-            Event::Took { by, .. } => Some(by.clone()),
-            _ => None,
-        })
-        .expect("a coordinator")
-}
 
 /// When `name` died.
 fn death_of(events: &[Event], name: &str) -> Instant {
@@ -36,27 +25,14 @@ fn takeover(events: &[Event], old: &str, after: Instant) -> Option<(String, Inst
     })
 }
 
-/// The ranks that lived to the end left cleanly; the others were the ones killed.
-fn assert_survivors_ended_well(ended: &[(String, Result<(), Error>)]) {
-    for (name, outcome) in ended {
-        assert!(outcome.is_ok(), "{name} ended with {outcome:?}");
-    }
-}
-
 #[test]
 fn a_dead_coordinators_role_is_taken_within_the_takeover_bound() {
     let Some((config, _cluster)) = support::shared() else {
         return;
     };
     let bounds = Bounds::of(&config);
-    let job = Job::start(&config, &support::token("takeover"), 4);
-    // The steady state: a generation of all four.
-    assert!(
-        job.wait_world(&["r0", "r1", "r2", "r3"], bounds.takeover),
-        "no first generation: {:?}",
-        job.events()
-    );
-    let old = first_coordinator(&job);
+    let job = Job::steady(&config, "takeover", 4);
+    let old = job.first_coordinator();
     job.kill(&old);
     let rest: Vec<String> = ["r0", "r1", "r2", "r3"]
         .iter()
@@ -66,7 +42,7 @@ fn a_dead_coordinators_role_is_taken_within_the_takeover_bound() {
     let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
     // The new coordinator makes a generation of the three survivors. Waiting bound: the takeover's, one
     // look of a rank for its kill flag, one view and one creation by the new coordinator.
-    let bound = bounds.takeover + Duration::from_millis(200) + 2 * bounds.call;
+    let bound = bounds.takeover + POLL + 2 * bounds.call;
     assert!(
         job.wait_world(&rest, bound),
         "no generation of {rest:?} within {bound:?}: {:?}",
@@ -85,8 +61,7 @@ fn a_dead_coordinators_role_is_taken_within_the_takeover_bound() {
         bounds.takeover
     );
     assert_one_coordinator_per_generation(&events);
-    let ended = job.finish();
-    assert_survivors_ended_well(&ended);
+    job.finish_well();
 }
 
 #[test]
@@ -95,13 +70,8 @@ fn a_second_death_during_the_takeover_is_survived() {
         return;
     };
     let bounds = Bounds::of(&config);
-    let job = Job::start(&config, &support::token("second-death"), 4);
-    assert!(
-        job.wait_world(&["r0", "r1", "r2", "r3"], bounds.takeover),
-        "no first generation: {:?}",
-        job.events()
-    );
-    let old = first_coordinator(&job);
+    let job = Job::steady(&config, "second-death", 4);
+    let old = job.first_coordinator();
     // The rank that takes the role over dies the moment it has it, before it writes anything: a third
     // rank takes it from the second.
     job.die_on_taking(1);
@@ -113,7 +83,7 @@ fn a_second_death_during_the_takeover_is_survived() {
             .count()
             == 2
     };
-    let bound = 2 * (bounds.takeover + bounds.call) + Duration::from_millis(200);
+    let bound = 2 * (bounds.takeover + bounds.call) + POLL;
     assert!(
         job.wait_for(bound, died_twice),
         "no second death within {bound:?}: {:?}",
@@ -164,7 +134,7 @@ fn a_second_death_during_the_takeover_is_survived() {
             );
         }
     }
-    assert_survivors_ended_well(&job.finish());
+    job.finish_well();
 }
 
 #[test]

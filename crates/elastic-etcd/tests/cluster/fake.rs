@@ -5,7 +5,7 @@
 //! expires, as a SIGKILLed process's does) and reads what happened: who took the role and when, who
 //! made which generation, how each rank ended.
 
-use metrale_gpu_elastic_etcd::{Campaign, Config, Error, Leadership, Member, View};
+use metrale_gpu_elastic_etcd::{Bounds, Campaign, Config, Error, Leadership, Member, View};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// A rank waits for a change at most this long before it looks again (and at its kill flag).
-const POLL: Duration = Duration::from_millis(200);
+pub const POLL: Duration = Duration::from_millis(200);
 /// A call that failed but not for good is tried again after this.
 const RETRY: Duration = Duration::from_millis(100);
 
@@ -86,6 +86,31 @@ impl Job {
         Job { shared, ranks }
     }
 
+    /// `n` ranks of a job of its own (named after `test`), once they made a first generation of all of
+    /// them: the steady state, within the takeover's bound.
+    pub fn steady(config: &Config, test: &str, n: usize) -> Job {
+        let job = Job::start(config, &crate::support::token(test), n);
+        let all: Vec<String> = (0..n).map(|r| format!("r{r}")).collect();
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        let bound = Bounds::of(config).takeover;
+        assert!(
+            job.wait_world(&all, bound),
+            "no first generation within {bound:?}: {:?}",
+            job.events()
+        );
+        job
+    }
+
+    /// The first coordinator: the rank that took the first term.
+    pub fn first_coordinator(&self) -> String {
+        let events = self.events();
+        let first = events.iter().find_map(|e| match e {
+            Event::Took { by, .. } => Some(by.clone()),
+            _ => None,
+        });
+        first.expect("a coordinator")
+    }
+
     /// Kills rank `name`: it drops its member at its next look (within [`POLL`]).
     pub fn kill(&self, name: &str) {
         let rank = self
@@ -143,6 +168,13 @@ impl Job {
             std::thread::sleep(Duration::from_millis(20));
         }
         true
+    }
+
+    /// Stops the ranks that live, and asserts that each left cleanly (a killed rank ended well too).
+    pub fn finish_well(self) {
+        for (name, outcome) in self.finish() {
+            assert!(outcome.is_ok(), "{name} ended with {outcome:?}");
+        }
     }
 
     /// Stops the ranks that live (each leaves the job) and how every rank ended, by name.

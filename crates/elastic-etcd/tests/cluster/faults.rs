@@ -1,13 +1,10 @@
 //! etcd's own faults: one member of three stopped changes nothing for the job; two stopped (quorum
 //! lost) end every rank with the documented error within the bound.
 
-use crate::fake::{assert_one_coordinator_per_generation, Event, Job};
+use crate::fake::{assert_one_coordinator_per_generation, Event, Job, POLL};
 use crate::support::{self, Stopped};
 use metrale_gpu_elastic_etcd::{Bounds, Error};
-use std::time::{Duration, Instant};
-
-/// A fake rank's look for its flags, as the bounds below add it.
-const POLL: Duration = Duration::from_millis(200);
+use std::time::Instant;
 
 #[test]
 fn one_etcd_member_stopped_changes_nothing() {
@@ -15,12 +12,7 @@ fn one_etcd_member_stopped_changes_nothing() {
         return;
     };
     let bounds = Bounds::of(&config);
-    let job = Job::start(&config, &support::token("one-member"), 3);
-    assert!(
-        job.wait_world(&["r0", "r1", "r2"], bounds.takeover),
-        "no first generation: {:?}",
-        job.events()
-    );
+    let job = Job::steady(&config, "one-member", 3);
     let before = job.events().len();
     // raft's leader, the harder case: the others elect a new one meanwhile.
     let mut stopped = Stopped::default();
@@ -42,9 +34,7 @@ fn one_etcd_member_stopped_changes_nothing() {
     );
     let events = job.events();
     assert_one_coordinator_per_generation(&events);
-    for (name, outcome) in job.finish() {
-        assert!(outcome.is_ok(), "{name} ended with {outcome:?}");
-    }
+    job.finish_well();
 }
 
 #[test]
@@ -53,12 +43,7 @@ fn quorum_lost_ends_every_rank_with_the_documented_error_within_the_bound() {
         return;
     };
     let bounds = Bounds::of(&config);
-    let job = Job::start(&config, &support::token("quorum"), 3);
-    assert!(
-        job.wait_world(&["r0", "r1", "r2"], bounds.takeover),
-        "no first generation: {:?}",
-        job.events()
-    );
+    let job = Job::steady(&config, "quorum", 3);
     let mut stopped = Stopped::default();
     let leader = support::leader(&config);
     stopped.stop(leader);
