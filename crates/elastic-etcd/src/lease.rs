@@ -25,6 +25,8 @@ struct Health {
     gone: bool,
     /// Why the last renewal failed, if it did.
     last_error: Option<String>,
+    /// Why the lease was given up on (no renewal for a TTL, and etcd could not be asked): for good.
+    lost: Option<String>,
 }
 
 pub(crate) struct Lease {
@@ -51,6 +53,7 @@ impl Lease {
             until: sent + ttl,
             gone: false,
             last_error: None,
+            lost: None,
         }));
         let renewals = etcd.spawn(renew(
             etcd.client(),
@@ -66,51 +69,56 @@ impl Lease {
         })
     }
 
-    /// `Ok` while etcd holds the lease for certain; the final error otherwise. Past the last renewal's
-    /// hold, one bounded question to etcd tells a lease it expired from one it cannot be asked about.
+    /// `Ok` while etcd holds the lease for certain; the final error otherwise, and from then on. Past
+    /// the last renewal's hold, one bounded question to etcd tells a lease it still holds (its answer
+    /// then extends the hold) from one it expired and from one it cannot be asked about.
     pub(crate) fn check(&self, etcd: &Etcd) -> Result<(), Error> {
-        let (until, gone, last_error) = {
+        let (until, gone, lost) = {
             let h = lock(&self.health);
-            (h.until, h.gone, h.last_error.clone())
+            (h.until, h.gone, h.lost.clone())
+        };
+        let expired = || Error::LeaseExpired {
+            endpoints: etcd.endpoints.clone(),
+            ttl: etcd.ttl,
+        };
+        let quorum_lost = |detail| Error::QuorumLost {
+            endpoints: etcd.endpoints.clone(),
+            ttl: etcd.ttl,
+            detail,
         };
         if gone {
-            return Err(Error::LeaseExpired {
-                endpoints: etcd.endpoints.clone(),
-                ttl: etcd.ttl,
-            });
+            return Err(expired());
+        }
+        if let Some(detail) = lost {
+            return Err(quorum_lost(detail));
         }
         if Instant::now() < until {
             return Ok(());
         }
-        let id = self.id;
-        let asked = etcd.call("a lease's time to live", id, |mut c, id| async move {
+        let sent = Instant::now();
+        let asked = etcd.call("a lease's time to live", self.id, |mut c, id| async move {
             c.lease_time_to_live(id, None).await
         });
+        let mut h = lock(&self.health);
         match asked {
-            // etcd answers -1 for a lease it no longer has.
-            Ok(r) if r.ttl() <= 0 => {
-                lock(&self.health).gone = true;
-                Err(Error::LeaseExpired {
-                    endpoints: etcd.endpoints.clone(),
-                    ttl: etcd.ttl,
-                })
+            // etcd's leader answered: it holds the lease for `ttl` more seconds (-1: it has it no more).
+            Ok(r) if r.ttl() > 0 => {
+                h.until = h.until.max(sent + Duration::from_secs(r.ttl() as u64));
+                Ok(())
             }
-            Err(e @ Error::LeaseExpired { .. }) => {
-                lock(&self.health).gone = true;
-                Err(e)
+            Ok(_) | Err(Error::LeaseExpired { .. }) => {
+                h.gone = true;
+                Err(expired())
             }
-            // etcd holds it still, but no renewal got through for a whole TTL: the lease may end before
-            // the next one does. It is not this member's to count on.
-            answer => {
-                let detail = match answer {
-                    Err(e) => e.to_string(),
-                    Ok(_) => last_error.unwrap_or_else(|| "no renewal answered".into()),
+            // No renewal got through for a whole TTL, and etcd cannot say now: the lease may end at any
+            // moment. It is not this member's to count on, ever again.
+            Err(e) => {
+                let detail = match &h.last_error {
+                    Some(renewal) => format!("{renewal}; then {e}"),
+                    None => e.to_string(),
                 };
-                Err(Error::QuorumLost {
-                    endpoints: etcd.endpoints.clone(),
-                    ttl: etcd.ttl,
-                    detail,
-                })
+                h.lost = Some(detail.clone());
+                Err(quorum_lost(detail))
             }
         }
     }

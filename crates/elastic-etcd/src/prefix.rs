@@ -1,7 +1,7 @@
 //! Where a job's keys live: under `/metrale/jobs/<digest>/`, the digest an HMAC-SHA256 keyed by the job
 //! token. Two jobs with different tokens never share a key, and the token itself is never written: the
-//! digest does not give it back, and a reader of etcd cannot check a guessed token against it without
-//! the token's own secrecy being weak (a token is the job's secret, as for the embedded rendezvous).
+//! digest does not give it back. As with any digest, a reader of etcd can test a guessed token against
+//! it, so the token must be a secret that is hard to guess, as the rendezvous requires too.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
