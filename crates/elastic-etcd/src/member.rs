@@ -101,6 +101,8 @@ impl Member {
             c.txn(txn).await
         })?;
         if !created.succeeded() {
+            // The lease is of no use: give it back now (it would expire one TTL later anyway).
+            let _ = member.leave();
             return Err(Error::NameTaken { name: name.into() });
         }
         Ok(member)
@@ -331,6 +333,14 @@ pub(crate) fn check_value(what: &str, value: &[u8]) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_member_can_be_shared_between_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<Member>();
+        shared::<View>();
+        shared::<Error>();
+    }
 
     #[test]
     fn names_topics_and_keys_are_checked_before_any_call() {
