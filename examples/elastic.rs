@@ -155,22 +155,25 @@ mod checked {
                 *v = value(world.rank + 1, round, i);
             }
             let (host, bytes, ptr) = (self.host.as_mut_ptr(), COUNT * 4, self.buf as *mut c_void);
-            // SAFETY: both buffers hold COUNT floats on this communicator's device; every copy is
+            // SAFETY: both buffers hold COUNT floats on this communicator's device; the upload is
             // queued on the collective's stream (never the legacy stream, which a non-blocking stream
-            // does not wait for); from pageable memory the driver has staged the host values when the
-            // upload returns, and the download is read only in `finish`, after the stream drained.
+            // does not wait for), and from pageable memory the driver has staged the host values when
+            // it returns. Nothing is queued after the all-reduce: the sum is read in `finish`.
             unsafe {
                 let up = api.cuMemcpyHtoDAsync_v2(self.buf, host.cast(), bytes, stream);
                 check_cuda(up, "cuMemcpyHtoDAsync").map_err(|e| e.to_string())?;
                 let (f32, sum) = (NcclDataType::ncclFloat32, NcclRedOp::ncclSum);
-                let res = ncclAllReduce(ptr, ptr, COUNT, f32, sum, comm, stream);
-                let down = api.cuMemcpyDtoHAsync_v2(host.cast(), self.buf, bytes, stream);
-                check_cuda(down, "cuMemcpyDtoHAsync").map_err(|e| e.to_string())?;
-                Ok(res)
+                Ok(ncclAllReduce(ptr, ptr, COUNT, f32, sum, comm, stream))
             }
         }
 
         fn finish(&mut self, world: Place, round: usize) -> Result<(), String> {
+            let api = cuda::driver("elastic").map_err(|e| e.to_string())?;
+            let (host, bytes) = (self.host.as_mut_ptr(), COUNT * 4);
+            // SAFETY: both buffers hold COUNT floats; the round's stream has drained, so the device
+            // buffer holds the sum, and the synchronous copy writes the host buffer before it returns.
+            let down = unsafe { api.cuMemcpyDtoH_v2(host.cast(), self.buf, bytes) };
+            check_cuda(down, "cuMemcpyDtoH").map_err(|e| e.to_string())?;
             let factor = world.size * (world.size + 1) / 2;
             match (0..COUNT).find(|&i| self.host[i] != value(factor, round, i)) {
                 None => Ok(()),

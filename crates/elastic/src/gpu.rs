@@ -62,11 +62,15 @@ use crate::nccl;
 /// }
 /// ```
 pub trait Training {
-    /// Queues round `round`'s work (for example: copy the gradients in, `ncclAllReduce`, copy the sum
-    /// out) on `comm` and `stream`, as rank `world.rank` of `world.size`. Returns the status of its
-    /// last NCCL call (`ncclInProgress` or `ncclSuccess` on the non-blocking communicators this crate
+    /// Queues round `round`'s work up to its last NCCL call (for example: copy the gradients in, then
+    /// `ncclAllReduce`) on `comm` and `stream`, as rank `world.rank` of `world.size`. Returns the status
+    /// of that call (`ncclInProgress` or `ncclSuccess` on the non-blocking communicators this crate
     /// makes); an error status is the loss of the communicator, as a failed wait is, and the survivors
     /// recover. `Err`: this rank cannot go on (it ends with that error).
+    ///
+    /// Queue nothing after the NCCL call: a call that returned `ncclInProgress` may not be on the
+    /// stream yet, so later work could run before it. Read the results in
+    /// [`finish`](Training::finish), once the stream has drained.
     fn step(
         &mut self,
         world: Place,
@@ -75,7 +79,8 @@ pub trait Training {
         stream: CUstream,
     ) -> Result<NcclResult, String>;
 
-    /// The stream ran round `round`'s work: use or check its results. `Err` ends this rank.
+    /// The stream ran round `round`'s work: the collectives are done and the stream has drained. Copy
+    /// out, use or check the results. `Err` ends this rank.
     fn finish(&mut self, world: Place, round: usize) -> Result<(), String> {
         let _ = (world, round);
         Ok(())
