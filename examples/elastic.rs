@@ -39,6 +39,7 @@ fn main() -> ExitCode {
 
 #[cfg(nccl_2_29)]
 mod checked {
+    use std::io::Write;
     use std::os::raw::c_void;
     use std::process::ExitCode;
     use std::time::Duration;
@@ -75,7 +76,10 @@ mod checked {
         match result {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("elastic {who}: FAILED: {e}");
+                // One write: an unbuffered stderr writes each piece of a format on its own, and a
+                // launcher that merges the ranks' output could split the line.
+                let line = format!("elastic {who}: FAILED: {e}\n");
+                let _ = std::io::stderr().write_all(line.as_bytes());
                 println!("ELASTIC result=failed");
                 ExitCode::FAILURE
             }

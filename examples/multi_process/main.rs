@@ -23,6 +23,7 @@
 //! mpirun -np 8 -H 10.0.0.1:4,10.0.0.2:4 -x MASTER_ADDR=10.0.0.1 -x MASTER_PORT=29500 multi_process
 //! ```
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -56,7 +57,10 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("rank {}/{}: FAILED: {e}", me.rank, me.world_size);
+            // One write: an unbuffered stderr writes each piece of a format on its own, and a
+            // launcher that merges the ranks' output could split the line.
+            let line = format!("rank {}/{}: FAILED: {e}\n", me.rank, me.world_size);
+            let _ = std::io::stderr().write_all(line.as_bytes());
             ExitCode::FAILURE
         }
     }

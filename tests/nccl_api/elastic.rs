@@ -86,6 +86,9 @@ const LATE: Duration = Duration::from_secs(3);
 /// the next grow; on one GPU shared by about 32 rank processes a first late grow came at round 131, and
 /// at 150 rounds the second replacement found the job over.
 const LATE_ITERS: usize = 300;
+/// The fewest rounds a 4-rank second-death job trains: four ranks train fast, and at 150 rounds the
+/// replacement of `killed_during_shrink` found the job over; at 1500 it grew the world in 3 runs of 3.
+const SMALL_SECOND_ITERS: usize = 1500;
 
 /// A phase of a recovery in which a later death lands: when rank 0 enters it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -526,6 +529,7 @@ fn one_run(
         },
         iters: match scenario {
             Scenario::Late => iters.max(LATE_ITERS),
+            Scenario::Second { ranks: 4, .. } => iters.max(SMALL_SECOND_ITERS),
             _ => iters,
         },
     };
