@@ -19,20 +19,15 @@ struct Declaration {
 
 /// How a call of a function the loaded library lacks returns, by the function's return type: the crate's
 /// status for `ncclResult_t`, a static text for a C string (`ncclGetErrorString`, `ncclGetLastError`),
-/// nothing for a function that returns nothing (`ncclResetDebugInit`).
-fn missing_return(d: &Declaration, index: usize) -> Result<String, String> {
+/// nothing for a function that returns nothing (`ncclResetDebugInit`). A function that returns no status
+/// (the device API's `ncclTeamLsa`, `ncclTeamRankToWorld`) has no value that could say so: its call ends
+/// the process with a message naming it, as the dynamic linker ends a linked build's.
+fn missing_return(d: &Declaration, index: usize) -> String {
     match d.ret.as_deref() {
-        None => Ok("()".into()),
-        Some("ncclResult_t") => Ok(format!("crate::loader::missing_status({index})")),
-        Some("*const ::std::os::raw::c_char") => {
-            Ok("crate::loader::missing_text()".into())
-        }
-        other => Err(format!(
-            "nccl.h declares {} returning {}: build/nccl_table.rs knows what a call of a missing function \
-             returns only for ncclResult_t, const char * and void (add that type's case there)",
-            d.name,
-            other.unwrap_or_default()
-        )),
+        None => "()".into(),
+        Some("ncclResult_t") => format!("crate::loader::missing_status({index})"),
+        Some("*const ::std::os::raw::c_char") => "crate::loader::missing_text()".into(),
+        Some(_) => format!("crate::loader::missing_abort({index})"),
     }
 }
 
@@ -84,7 +79,7 @@ pub fn generate(bindings: &syn::File) -> Result<String, String> {
         let args: Vec<&str> = d.params.iter().map(|(n, _)| n.as_str()).collect();
         let args = args.join(", ");
         let ret = d.ret.as_ref().map_or(String::new(), |r| format!(" -> {r}"));
-        let missing = missing_return(d, i)?;
+        let missing = missing_return(d, i);
         writeln!(names, "        \"{name}\",").ok();
         writeln!(
             slots,

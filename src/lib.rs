@@ -135,6 +135,9 @@ pub mod bindings {
     )]
     #[cfg(feature = "link")]
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+    // NCCL 2.28+'s device API (nccl_device.h): its host functions and the types they take.
+    #[cfg(all(feature = "link", nccl_2_28))]
+    include!(concat!(env!("OUT_DIR"), "/device.rs"));
 
     // Loaded at run time (the default): bindgen's types and constants come through this glob, and its
     // `nccl*` declarations are shadowed by the loaded functions of the same names and signatures below,
@@ -146,6 +149,8 @@ pub mod bindings {
     mod declared {
         #![allow(clippy::all)]
         include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+        #[cfg(nccl_2_28)]
+        include!(concat!(env!("OUT_DIR"), "/device.rs"));
     }
     #[cfg(not(feature = "link"))]
     include!(concat!(env!("OUT_DIR"), "/nccl_loaded.rs"));

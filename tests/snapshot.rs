@@ -1,5 +1,5 @@
 //! The committed bindings snapshot (src/snapshot/, used by docs.rs and the `bundled-bindings` feature) is
-//! exactly what the build generates from the pinned headers (bindgen's two files, the facts the bundled
+//! exactly what the build generates from the pinned headers (bindgen's files, the facts the bundled
 //! build checks, and the initializer list): it can never drift. `ci/regen` rewrites it.
 
 use metrale_gpu_sys::version::build_info::PINNED_NCCL as PINNED;
@@ -28,6 +28,11 @@ fn the_snapshot_is_what_bindgen_generates_from_the_pinned_headers() {
             "bindings.rs",
             include_str!(concat!(env!("OUT_DIR"), "/bindings.rs")),
             include_str!("../src/snapshot/bindings.rs"),
+        ),
+        (
+            "device.rs",
+            include_str!(concat!(env!("OUT_DIR"), "/device.rs")),
+            include_str!("../src/snapshot/device.rs"),
         ),
         (
             "nccl_loaded.rs",

@@ -128,6 +128,21 @@ pub(crate) fn missing_text() -> *const c_char {
     MISSING_TEXT.as_ptr().cast()
 }
 
+/// What a call of function `index` that returns no status (the device API's `ncclTeamLsa`) does when it
+/// cannot reach the library: no value of its type could say so, so it ends the process with the error
+/// [`missing_error`] gives for the function, as the dynamic linker ends a linked build that lacks a
+/// symbol. Only a library older than the headers, accepted with [`ALLOW_OLDER_VAR`], lacks one.
+// Only the device API (NCCL 2.28+) declares functions that return no status.
+#[cfg_attr(not(nccl_2_28), allow(dead_code))]
+pub(crate) fn missing_abort(index: usize) -> ! {
+    let name = NAMES.get(index).copied().unwrap_or("an NCCL function");
+    match missing_error(missing_status(index), name) {
+        Some(error) => eprintln!("metrale-gpu-sys: {error}"),
+        None => eprintln!("metrale-gpu-sys: {name} is unavailable"),
+    }
+    std::process::abort()
+}
+
 /// The text of [`missing_text`], NUL-padded to the size of NCCL's last-error buffer: a reader of what
 /// `ncclGetLastError` returns may read that many bytes (`last_error.rs`).
 static MISSING_TEXT: [u8; NCCL_LAST_ERROR_BYTES] = padded(
