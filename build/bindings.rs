@@ -14,7 +14,8 @@ use crate::{bindgen_panic, device, driver_table, layout, nccl_table, snapshot, I
 /// The `cuda.h` types the helpers name (with what they refer to).
 const DRIVER_TYPES: &str =
     "CUresult|CUdevice|CUcontext|CUstream|CUevent|CUdeviceptr|CUgraph|CUgraphExec\
-    |CUstream_flags(_enum)?|CUevent_flags(_enum)?|CUstreamCaptureMode(_enum)?";
+    |CUstream_flags(_enum)?|CUevent_flags(_enum)?|CUstreamCaptureMode(_enum)?\
+    |CUmodule|CUfunction|CUdevice_attribute(_enum)?";
 
 /// Writes `bindings.rs`, `cuda_driver.rs` and `facts.rs`; on failure, one message saying what to check
 /// (clang's own diagnostics precede it). A panic in bindgen becomes a message too (`bindgen_panic`).

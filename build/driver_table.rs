@@ -61,6 +61,14 @@ pub const OPTIONAL_FUNCTIONS: &[(&str, &[&str])] = &[
     ("cuMemcpyHtoDAsync_v2", &["cuMemcpyHtoDAsync_v2"]),
     ("cuMemcpyDtoHAsync_v2", &["cuMemcpyDtoHAsync_v2"]),
     ("cuMemcpyDtoDAsync_v2", &["cuMemcpyDtoDAsync_v2"]),
+    // Kernels of one's own (`cuda::Module`): loading a compiled image, launching its functions, and the
+    // GPU's architecture for the error of an image without code for it.
+    ("cuCtxGetDevice", &["cuCtxGetDevice"]),
+    ("cuDeviceGetAttribute", &["cuDeviceGetAttribute"]),
+    ("cuModuleLoadData", &["cuModuleLoadData"]),
+    ("cuModuleGetFunction", &["cuModuleGetFunction"]),
+    ("cuModuleUnload", &["cuModuleUnload"]),
+    ("cuLaunchKernel", &["cuLaunchKernel"]),
 ];
 
 /// Every symbol the table resolves: what bindgen is asked to declare.
@@ -339,7 +347,7 @@ pub fn generate(declared: &syn::File) -> Result<String, String> {
              #[inline]\n    pub unsafe fn {name}(&self{params}) -> Result<{ret}, GpuError> {{\n        \
              match self.{name} {{\n            \
              // SAFETY: the caller upholds cuda.h's contract for the call.\n            \
-             Some(f) => Ok(unsafe {{ f({args}) }}),\n            \
+             Some(function) => Ok(unsafe {{ function({args}) }}),\n            \
              None => Err(self.missing(\"{oldest}\", {})),\n        }}\n    }}\n",
             symbols.join("`, else `"),
             needs(oldest, &d.signature),

@@ -43,6 +43,12 @@ pub struct DriverApi {
     cuMemcpyHtoDAsync_v2: ::std::option::Option<unsafe extern "C" fn(dstDevice: CUdeviceptr, srcHost: *const ::std::os::raw::c_void, ByteCount: usize, hStream: CUstream) -> CUresult>,
     cuMemcpyDtoHAsync_v2: ::std::option::Option<unsafe extern "C" fn(dstHost: *mut ::std::os::raw::c_void, srcDevice: CUdeviceptr, ByteCount: usize, hStream: CUstream) -> CUresult>,
     cuMemcpyDtoDAsync_v2: ::std::option::Option<unsafe extern "C" fn(dstDevice: CUdeviceptr, srcDevice: CUdeviceptr, ByteCount: usize, hStream: CUstream) -> CUresult>,
+    cuCtxGetDevice: ::std::option::Option<unsafe extern "C" fn(device: *mut CUdevice) -> CUresult>,
+    cuDeviceGetAttribute: ::std::option::Option<unsafe extern "C" fn(pi: *mut ::std::os::raw::c_int, attrib: CUdevice_attribute, dev: CUdevice) -> CUresult>,
+    cuModuleLoadData: ::std::option::Option<unsafe extern "C" fn(module: *mut CUmodule, image: *const ::std::os::raw::c_void) -> CUresult>,
+    cuModuleGetFunction: ::std::option::Option<unsafe extern "C" fn(hfunc: *mut CUfunction, hmod: CUmodule, name: *const ::std::os::raw::c_char) -> CUresult>,
+    cuModuleUnload: ::std::option::Option<unsafe extern "C" fn(hmod: CUmodule) -> CUresult>,
+    cuLaunchKernel: ::std::option::Option<unsafe extern "C" fn(f: CUfunction, gridDimX: ::std::os::raw::c_uint, gridDimY: ::std::os::raw::c_uint, gridDimZ: ::std::os::raw::c_uint, blockDimX: ::std::os::raw::c_uint, blockDimY: ::std::os::raw::c_uint, blockDimZ: ::std::os::raw::c_uint, sharedMemBytes: ::std::os::raw::c_uint, hStream: CUstream, kernelParams: *mut *mut ::std::os::raw::c_void, extra: *mut *mut ::std::os::raw::c_void) -> CUresult>,
 }
 
 impl DriverApi {
@@ -93,6 +99,12 @@ impl DriverApi {
             let cuMemcpyHtoDAsync_v2 = library.get(b"cuMemcpyHtoDAsync_v2\0").ok().map(|f| *f);
             let cuMemcpyDtoHAsync_v2 = library.get(b"cuMemcpyDtoHAsync_v2\0").ok().map(|f| *f);
             let cuMemcpyDtoDAsync_v2 = library.get(b"cuMemcpyDtoDAsync_v2\0").ok().map(|f| *f);
+            let cuCtxGetDevice = library.get(b"cuCtxGetDevice\0").ok().map(|f| *f);
+            let cuDeviceGetAttribute = library.get(b"cuDeviceGetAttribute\0").ok().map(|f| *f);
+            let cuModuleLoadData = library.get(b"cuModuleLoadData\0").ok().map(|f| *f);
+            let cuModuleGetFunction = library.get(b"cuModuleGetFunction\0").ok().map(|f| *f);
+            let cuModuleUnload = library.get(b"cuModuleUnload\0").ok().map(|f| *f);
+            let cuLaunchKernel = library.get(b"cuLaunchKernel\0").ok().map(|f| *f);
             Ok(DriverApi {
                 _library: library,
                 cuInit,
@@ -131,6 +143,12 @@ impl DriverApi {
                 cuMemcpyHtoDAsync_v2,
                 cuMemcpyDtoHAsync_v2,
                 cuMemcpyDtoDAsync_v2,
+                cuCtxGetDevice,
+                cuDeviceGetAttribute,
+                cuModuleLoadData,
+                cuModuleGetFunction,
+                cuModuleUnload,
+                cuLaunchKernel,
             })
         }
     }
@@ -293,7 +311,7 @@ impl DriverApi {
     pub unsafe fn cuDeviceGetCount(&self, count: *mut ::std::os::raw::c_int) -> Result<CUresult, GpuError> {
         match self.cuDeviceGetCount {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(count) }),
+            Some(function) => Ok(unsafe { function(count) }),
             None => Err(self.missing("cuDeviceGetCount", Some(2000))),
         }
     }
@@ -306,7 +324,7 @@ impl DriverApi {
     pub unsafe fn cuDeviceGetName(&self, name: *mut ::std::os::raw::c_char, len: ::std::os::raw::c_int, dev: CUdevice) -> Result<CUresult, GpuError> {
         match self.cuDeviceGetName {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(name, len, dev) }),
+            Some(function) => Ok(unsafe { function(name, len, dev) }),
             None => Err(self.missing("cuDeviceGetName", Some(2000))),
         }
     }
@@ -319,7 +337,7 @@ impl DriverApi {
     pub unsafe fn cuCtxGetCurrent(&self, pctx: *mut CUcontext) -> Result<CUresult, GpuError> {
         match self.cuCtxGetCurrent {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(pctx) }),
+            Some(function) => Ok(unsafe { function(pctx) }),
             None => Err(self.missing("cuCtxGetCurrent", Some(4000))),
         }
     }
@@ -332,7 +350,7 @@ impl DriverApi {
     pub unsafe fn cuStreamBeginCapture_v2(&self, hStream: CUstream, mode: CUstreamCaptureMode) -> Result<CUresult, GpuError> {
         match self.cuStreamBeginCapture_v2 {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(hStream, mode) }),
+            Some(function) => Ok(unsafe { function(hStream, mode) }),
             None => Err(self.missing("cuStreamBeginCapture_v2", Some(10010))),
         }
     }
@@ -345,7 +363,7 @@ impl DriverApi {
     pub unsafe fn cuStreamEndCapture(&self, hStream: CUstream, phGraph: *mut CUgraph) -> Result<CUresult, GpuError> {
         match self.cuStreamEndCapture {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(hStream, phGraph) }),
+            Some(function) => Ok(unsafe { function(hStream, phGraph) }),
             None => Err(self.missing("cuStreamEndCapture", Some(10000))),
         }
     }
@@ -358,7 +376,7 @@ impl DriverApi {
     pub unsafe fn cuEventSynchronize(&self, hEvent: CUevent) -> Result<CUresult, GpuError> {
         match self.cuEventSynchronize {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(hEvent) }),
+            Some(function) => Ok(unsafe { function(hEvent) }),
             None => Err(self.missing("cuEventSynchronize", Some(2000))),
         }
     }
@@ -371,7 +389,7 @@ impl DriverApi {
     pub unsafe fn cuEventElapsedTime(&self, pMilliseconds: *mut f32, hStart: CUevent, hEnd: CUevent) -> Result<CUresult, GpuError> {
         match self.cuEventElapsedTime {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(pMilliseconds, hStart, hEnd) }),
+            Some(function) => Ok(unsafe { function(pMilliseconds, hStart, hEnd) }),
             None => Err(self.missing("cuEventElapsedTime", Some(2000))),
         }
     }
@@ -384,7 +402,7 @@ impl DriverApi {
     pub unsafe fn cuMemGetInfo_v2(&self, free: *mut usize, total: *mut usize) -> Result<CUresult, GpuError> {
         match self.cuMemGetInfo_v2 {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(free, total) }),
+            Some(function) => Ok(unsafe { function(free, total) }),
             None => Err(self.missing("cuMemGetInfo_v2", Some(3020))),
         }
     }
@@ -397,7 +415,7 @@ impl DriverApi {
     pub unsafe fn cuMemAlloc_v2(&self, dptr: *mut CUdeviceptr, bytesize: usize) -> Result<CUresult, GpuError> {
         match self.cuMemAlloc_v2 {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(dptr, bytesize) }),
+            Some(function) => Ok(unsafe { function(dptr, bytesize) }),
             None => Err(self.missing("cuMemAlloc_v2", Some(3020))),
         }
     }
@@ -410,7 +428,7 @@ impl DriverApi {
     pub unsafe fn cuMemFree_v2(&self, dptr: CUdeviceptr) -> Result<CUresult, GpuError> {
         match self.cuMemFree_v2 {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(dptr) }),
+            Some(function) => Ok(unsafe { function(dptr) }),
             None => Err(self.missing("cuMemFree_v2", Some(3020))),
         }
     }
@@ -423,7 +441,7 @@ impl DriverApi {
     pub unsafe fn cuMemcpyHtoD_v2(&self, dstDevice: CUdeviceptr, srcHost: *const ::std::os::raw::c_void, ByteCount: usize) -> Result<CUresult, GpuError> {
         match self.cuMemcpyHtoD_v2 {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(dstDevice, srcHost, ByteCount) }),
+            Some(function) => Ok(unsafe { function(dstDevice, srcHost, ByteCount) }),
             None => Err(self.missing("cuMemcpyHtoD_v2", Some(3020))),
         }
     }
@@ -436,7 +454,7 @@ impl DriverApi {
     pub unsafe fn cuMemcpyDtoH_v2(&self, dstHost: *mut ::std::os::raw::c_void, srcDevice: CUdeviceptr, ByteCount: usize) -> Result<CUresult, GpuError> {
         match self.cuMemcpyDtoH_v2 {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(dstHost, srcDevice, ByteCount) }),
+            Some(function) => Ok(unsafe { function(dstHost, srcDevice, ByteCount) }),
             None => Err(self.missing("cuMemcpyDtoH_v2", Some(3020))),
         }
     }
@@ -449,7 +467,7 @@ impl DriverApi {
     pub unsafe fn cuMemsetD8_v2(&self, dstDevice: CUdeviceptr, uc: ::std::os::raw::c_uchar, N: usize) -> Result<CUresult, GpuError> {
         match self.cuMemsetD8_v2 {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(dstDevice, uc, N) }),
+            Some(function) => Ok(unsafe { function(dstDevice, uc, N) }),
             None => Err(self.missing("cuMemsetD8_v2", Some(3020))),
         }
     }
@@ -462,7 +480,7 @@ impl DriverApi {
     pub unsafe fn cuMemsetD8Async(&self, dstDevice: CUdeviceptr, uc: ::std::os::raw::c_uchar, N: usize, hStream: CUstream) -> Result<CUresult, GpuError> {
         match self.cuMemsetD8Async {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(dstDevice, uc, N, hStream) }),
+            Some(function) => Ok(unsafe { function(dstDevice, uc, N, hStream) }),
             None => Err(self.missing("cuMemsetD8Async", Some(3020))),
         }
     }
@@ -475,7 +493,7 @@ impl DriverApi {
     pub unsafe fn cuGraphInstantiateWithFlags(&self, phGraphExec: *mut CUgraphExec, hGraph: CUgraph, flags: ::std::os::raw::c_ulonglong) -> Result<CUresult, GpuError> {
         match self.cuGraphInstantiateWithFlags {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(phGraphExec, hGraph, flags) }),
+            Some(function) => Ok(unsafe { function(phGraphExec, hGraph, flags) }),
             None => Err(self.missing("cuGraphInstantiateWithFlags", Some(11040))),
         }
     }
@@ -488,7 +506,7 @@ impl DriverApi {
     pub unsafe fn cuGraphLaunch(&self, hGraphExec: CUgraphExec, hStream: CUstream) -> Result<CUresult, GpuError> {
         match self.cuGraphLaunch {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(hGraphExec, hStream) }),
+            Some(function) => Ok(unsafe { function(hGraphExec, hStream) }),
             None => Err(self.missing("cuGraphLaunch", Some(10000))),
         }
     }
@@ -501,7 +519,7 @@ impl DriverApi {
     pub unsafe fn cuGraphDestroy(&self, hGraph: CUgraph) -> Result<CUresult, GpuError> {
         match self.cuGraphDestroy {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(hGraph) }),
+            Some(function) => Ok(unsafe { function(hGraph) }),
             None => Err(self.missing("cuGraphDestroy", Some(10000))),
         }
     }
@@ -514,7 +532,7 @@ impl DriverApi {
     pub unsafe fn cuGraphExecDestroy(&self, hGraphExec: CUgraphExec) -> Result<CUresult, GpuError> {
         match self.cuGraphExecDestroy {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(hGraphExec) }),
+            Some(function) => Ok(unsafe { function(hGraphExec) }),
             None => Err(self.missing("cuGraphExecDestroy", Some(10000))),
         }
     }
@@ -527,7 +545,7 @@ impl DriverApi {
     pub unsafe fn cuMemcpyHtoDAsync_v2(&self, dstDevice: CUdeviceptr, srcHost: *const ::std::os::raw::c_void, ByteCount: usize, hStream: CUstream) -> Result<CUresult, GpuError> {
         match self.cuMemcpyHtoDAsync_v2 {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(dstDevice, srcHost, ByteCount, hStream) }),
+            Some(function) => Ok(unsafe { function(dstDevice, srcHost, ByteCount, hStream) }),
             None => Err(self.missing("cuMemcpyHtoDAsync_v2", Some(3020))),
         }
     }
@@ -540,7 +558,7 @@ impl DriverApi {
     pub unsafe fn cuMemcpyDtoHAsync_v2(&self, dstHost: *mut ::std::os::raw::c_void, srcDevice: CUdeviceptr, ByteCount: usize, hStream: CUstream) -> Result<CUresult, GpuError> {
         match self.cuMemcpyDtoHAsync_v2 {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(dstHost, srcDevice, ByteCount, hStream) }),
+            Some(function) => Ok(unsafe { function(dstHost, srcDevice, ByteCount, hStream) }),
             None => Err(self.missing("cuMemcpyDtoHAsync_v2", Some(3020))),
         }
     }
@@ -553,8 +571,86 @@ impl DriverApi {
     pub unsafe fn cuMemcpyDtoDAsync_v2(&self, dstDevice: CUdeviceptr, srcDevice: CUdeviceptr, ByteCount: usize, hStream: CUstream) -> Result<CUresult, GpuError> {
         match self.cuMemcpyDtoDAsync_v2 {
             // SAFETY: the caller upholds cuda.h's contract for the call.
-            Some(f) => Ok(unsafe { f(dstDevice, srcDevice, ByteCount, hStream) }),
+            Some(function) => Ok(unsafe { function(dstDevice, srcDevice, ByteCount, hStream) }),
             None => Err(self.missing("cuMemcpyDtoDAsync_v2", Some(3020))),
+        }
+    }
+
+    /// `cuCtxGetDevice` (optional): `Err` when the loaded driver lacks it.
+    ///
+    /// # Safety
+    /// As cuda.h documents for `cuCtxGetDevice`.
+    #[inline]
+    pub unsafe fn cuCtxGetDevice(&self, device: *mut CUdevice) -> Result<CUresult, GpuError> {
+        match self.cuCtxGetDevice {
+            // SAFETY: the caller upholds cuda.h's contract for the call.
+            Some(function) => Ok(unsafe { function(device) }),
+            None => Err(self.missing("cuCtxGetDevice", Some(2000))),
+        }
+    }
+
+    /// `cuDeviceGetAttribute` (optional): `Err` when the loaded driver lacks it.
+    ///
+    /// # Safety
+    /// As cuda.h documents for `cuDeviceGetAttribute`.
+    #[inline]
+    pub unsafe fn cuDeviceGetAttribute(&self, pi: *mut ::std::os::raw::c_int, attrib: CUdevice_attribute, dev: CUdevice) -> Result<CUresult, GpuError> {
+        match self.cuDeviceGetAttribute {
+            // SAFETY: the caller upholds cuda.h's contract for the call.
+            Some(function) => Ok(unsafe { function(pi, attrib, dev) }),
+            None => Err(self.missing("cuDeviceGetAttribute", Some(2000))),
+        }
+    }
+
+    /// `cuModuleLoadData` (optional): `Err` when the loaded driver lacks it.
+    ///
+    /// # Safety
+    /// As cuda.h documents for `cuModuleLoadData`.
+    #[inline]
+    pub unsafe fn cuModuleLoadData(&self, module: *mut CUmodule, image: *const ::std::os::raw::c_void) -> Result<CUresult, GpuError> {
+        match self.cuModuleLoadData {
+            // SAFETY: the caller upholds cuda.h's contract for the call.
+            Some(function) => Ok(unsafe { function(module, image) }),
+            None => Err(self.missing("cuModuleLoadData", Some(2000))),
+        }
+    }
+
+    /// `cuModuleGetFunction` (optional): `Err` when the loaded driver lacks it.
+    ///
+    /// # Safety
+    /// As cuda.h documents for `cuModuleGetFunction`.
+    #[inline]
+    pub unsafe fn cuModuleGetFunction(&self, hfunc: *mut CUfunction, hmod: CUmodule, name: *const ::std::os::raw::c_char) -> Result<CUresult, GpuError> {
+        match self.cuModuleGetFunction {
+            // SAFETY: the caller upholds cuda.h's contract for the call.
+            Some(function) => Ok(unsafe { function(hfunc, hmod, name) }),
+            None => Err(self.missing("cuModuleGetFunction", Some(2000))),
+        }
+    }
+
+    /// `cuModuleUnload` (optional): `Err` when the loaded driver lacks it.
+    ///
+    /// # Safety
+    /// As cuda.h documents for `cuModuleUnload`.
+    #[inline]
+    pub unsafe fn cuModuleUnload(&self, hmod: CUmodule) -> Result<CUresult, GpuError> {
+        match self.cuModuleUnload {
+            // SAFETY: the caller upholds cuda.h's contract for the call.
+            Some(function) => Ok(unsafe { function(hmod) }),
+            None => Err(self.missing("cuModuleUnload", Some(2000))),
+        }
+    }
+
+    /// `cuLaunchKernel` (optional): `Err` when the loaded driver lacks it.
+    ///
+    /// # Safety
+    /// As cuda.h documents for `cuLaunchKernel`.
+    #[inline]
+    pub unsafe fn cuLaunchKernel(&self, f: CUfunction, gridDimX: ::std::os::raw::c_uint, gridDimY: ::std::os::raw::c_uint, gridDimZ: ::std::os::raw::c_uint, blockDimX: ::std::os::raw::c_uint, blockDimY: ::std::os::raw::c_uint, blockDimZ: ::std::os::raw::c_uint, sharedMemBytes: ::std::os::raw::c_uint, hStream: CUstream, kernelParams: *mut *mut ::std::os::raw::c_void, extra: *mut *mut ::std::os::raw::c_void) -> Result<CUresult, GpuError> {
+        match self.cuLaunchKernel {
+            // SAFETY: the caller upholds cuda.h's contract for the call.
+            Some(function) => Ok(unsafe { function(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams, extra) }),
+            None => Err(self.missing("cuLaunchKernel", Some(4000))),
         }
     }
 
