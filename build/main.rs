@@ -163,7 +163,12 @@ fn run() -> Result<(), String> {
     }
     emit_version(nccl, cuda, Some(&found), &out_dir);
     emit_macros(&macros, &out_dir);
-    if device.is_some() {
+    if let Some(device) = &device {
+        for initializer in &device.initializers {
+            if ASKED_MACROS.contains(&initializer.name.as_str()) {
+                println!("cargo:rustc-cfg=nccl_macro=\"{}\"", initializer.name);
+            }
+        }
         // For dependents (systest's C++ checks, kernels built against the same headers).
         println!(
             "cargo:device_bindings={}",
@@ -364,7 +369,13 @@ fn emit_version(nccl: NcclVersion, cuda: u32, found: Option<&find::Found>, out_d
 /// as a macro instead of a function (2.30+'s `ncclResetDebugInit`), or an initializer only some versions
 /// have. Only these are set, and check-cfg accepts no other name, so a misspelt one warns instead of being
 /// silently false.
-const ASKED_MACROS: &[&str] = &["ncclResetDebugInit", "NCCL_COLLCONFIG_INITIALIZER"];
+const ASKED_MACROS: &[&str] = &[
+    "ncclResetDebugInit",
+    "NCCL_COLLCONFIG_INITIALIZER",
+    // The device API's (nccl_device.h, 2.29+), found by its C++ preprocessor run (`device.rs`).
+    "NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER",
+    "NCCL_COMM_PROPERTIES_INITIALIZER",
+];
 
 /// `cfg(nccl_macro = "NAME")` for each of [`ASKED_MACROS`] the preprocessor saw. And for dependents
 /// (systest): the initializers the shim turned into `Default`s.

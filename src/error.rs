@@ -88,6 +88,14 @@ pub enum GpuError {
         /// The code the driver returned.
         code: CUresult,
     },
+    /// A communicator that cannot serve NCCL's device API (`ncclCommQueryProperties`): no device
+    /// communicator, window pointer or kernel of the device API works with it.
+    DeviceApiUnsupported {
+        /// The call that needed it.
+        context: String,
+        /// What the communicator's properties say, and what to do.
+        reason: String,
+    },
     /// The loaded libnccl is older than the nccl.h this crate was generated from.
     VersionSkew {
         /// The version of the headers the bindings come from.
@@ -182,6 +190,12 @@ impl fmt::Display for GpuError {
                         " can run. Build the kernel for the GPU's architecture (nvcc -gencode                          arch=compute_XY,code=sm_XY; `nvidia-smi --query-gpu=compute_cap --format=csv` names it)"
                     ),
                 }
+            }
+            GpuError::DeviceApiUnsupported { context, reason } => {
+                write!(
+                    f,
+                    "{context}: this communicator cannot use NCCL's device API: {reason}"
+                )
             }
             GpuError::NcclUnavailable { context, search } => {
                 write!(f, "{context} needs libnccl, which is unavailable: {search}")

@@ -12,6 +12,8 @@
 //!   searched, and what a call that cannot reach it returns (see the README's "How the library is found
 //!   at run time").
 //! - [`version`]: the headers' NCCL version against the loaded library's, the library's file and search.
+//! - `device` (NCCL 2.28+ headers): NCCL's device API, for kernels that communicate by themselves
+//!   (`docs/device-api.md`).
 //!
 //! Waits with a deadline that give up on the communicators (abort, or revoke with NCCL 2.29+) instead of
 //! hanging are the sibling crate `metrale-gpu-watchdog` (`crates/watchdog/` in this workspace), built on this one.
@@ -157,6 +159,8 @@ pub mod bindings {
 }
 
 pub mod cuda;
+#[cfg(nccl_2_28)]
+pub mod device;
 mod dladdr;
 mod error;
 mod initializers;
