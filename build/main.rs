@@ -21,6 +21,7 @@ mod initializers;
 mod layout;
 #[cfg(feature = "bindgen")]
 mod nccl_table;
+mod nvcc;
 mod snapshot;
 // Shared with the crate (which compares it with the loaded library's version): one definition of the type.
 #[allow(dead_code)] // `from_code` is the crate's
@@ -175,6 +176,9 @@ fn run() -> Result<(), String> {
             out_dir.join(device::BINDINGS).display()
         );
         println!("cargo:device_cxx_std={}", device::CXX_STD);
+        if let Some(nvcc) = nvcc::find(&found.cuda_include, cuda, deps.as_deref()) {
+            println!("cargo:nvcc={}", nvcc.display());
+        }
     }
     Ok(())
 }

@@ -5,7 +5,7 @@
 //! The layouts and initializers are crates/systest's; the GPU run is the device-example crate's.
 
 #[cfg(nccl_2_28)]
-mod with_the_device_api {
+mod missing {
     use std::path::PathBuf;
 
     use metrale_gpu_sys::device::{requirements, DevComm};
@@ -55,7 +55,7 @@ mod with_the_device_api {
             .args([
                 "--ignored",
                 "--exact",
-                "with_the_device_api::child_creates_a_device_communicator",
+                "missing::child_creates_a_device_communicator",
                 "--nocapture",
                 "--test-threads=1",
             ])
@@ -124,9 +124,11 @@ mod with_the_device_api {
 }
 
 #[cfg(not(nccl_2_28))]
-#[test]
-fn a_library_without_the_device_api_fails_dev_comm_create_naming_it() {
-    metrale_gpu_testkit::skip::skip(
-        "the NCCL headers found have no device API (nccl_device.h, NCCL 2.28+)",
-    );
+mod missing {
+    #[test]
+    fn a_library_without_the_device_api_fails_dev_comm_create_naming_it() {
+        metrale_gpu_testkit::skip::skip(
+            "the NCCL headers found have no device API (nccl_device.h, NCCL 2.28+)",
+        );
+    }
 }
