@@ -26,7 +26,7 @@ use crate::nccl_version::NcclVersion;
 pub const WRAPPER: &str = "shim/device.h";
 /// The C++ shim that copies the device API's initializer macros.
 pub const SHIM: &str = "shim/device.cc";
-/// The translation's file in OUT_DIR (included beside `bindings.rs` under `cfg(nccl_2_28)`).
+/// The translation's file in OUT_DIR (included beside `bindings.rs` under `cfg(nccl_device_api)`).
 pub const BINDINGS: &str = "device.rs";
 /// The C++ standard the headers need (`decltype(auto)`, `if constexpr`).
 pub const CXX_STD: &str = "c++17";
@@ -47,8 +47,9 @@ pub struct Device {
 }
 
 impl Device {
-    /// `None` for headers older than 2.28; for 2.28 and newer, the device API, or `Err` where the headers
-    /// lack `nccl_device.h` (an install of nccl.h alone) or its initializers cannot be read.
+    /// The device API of headers of NCCL 2.28 and newer; `None` for older ones, and (with a warning) for
+    /// headers that lack `nccl_device.h` (an install of nccl.h alone); `Err` where its initializers cannot
+    /// be read.
     pub fn find(
         manifest_dir: &Path,
         nccl: NcclVersion,
@@ -62,14 +63,15 @@ impl Device {
         }
         let header = nccl_include.join("nccl_device.h");
         if !header.is_file() {
-            return Err(format!(
-                "the NCCL {nccl} headers in {} lack nccl_device.h, the device API every NCCL since {}.{} \
-                 installs beside nccl.h (with its folder nccl_device/): install NCCL's whole include \
-                 folder (pip's nvidia-nccl wheel has it), or point NCCL_HOME at one that has it",
+            println!(
+                "cargo:warning=metrale-gpu-sys: the NCCL {nccl} headers in {} lack nccl_device.h, which \
+                 every NCCL since {}.{} installs beside nccl.h: the bindings leave its device API out. \
+                 Install NCCL's whole include folder (pip's nvidia-nccl wheel has it) to have it.",
                 nccl_include.display(),
                 SINCE.major,
                 SINCE.minor
-            ));
+            );
+            return Ok(None);
         }
         println!("cargo:rerun-if-changed={}", header.display());
         let wrapper = manifest_dir.join(WRAPPER);

@@ -63,6 +63,7 @@ fn run() -> Result<(), String> {
         // docs.rs has neither CUDA nor NCCL: document the committed snapshot; nothing to compile or link.
         let (nccl, cuda) = snapshot.install(&out_dir)?;
         emit_version(nccl, cuda, None, &out_dir);
+        emit_device_api(snapshot.has_device_api());
         return Ok(());
     }
 
@@ -164,6 +165,9 @@ fn run() -> Result<(), String> {
     }
     emit_version(nccl, cuda, Some(&found), &out_dir);
     emit_macros(&macros, &out_dir);
+    // The bindings have the device API where bindgen translated it, or the snapshot has it (its
+    // nccl_loaded.rs then names its types, whatever the headers found).
+    emit_device_api(device.is_some() || (bundled && snapshot.has_device_api()));
     if let Some(device) = &device {
         for initializer in &device.initializers {
             if ASKED_MACROS.contains(&initializer.name.as_str()) {
@@ -391,6 +395,14 @@ fn emit_macros(macros: &header::Macros, out_dir: &Path) {
         "cargo:initializers={}",
         out_dir.join(initializers::RUST_FILE).display()
     );
+}
+
+/// `cfg(nccl_device_api)`: the bindings include `device.rs`, NCCL 2.28+'s device API.
+fn emit_device_api(present: bool) {
+    println!("cargo:rustc-check-cfg=cfg(nccl_device_api)");
+    if present {
+        println!("cargo:rustc-cfg=nccl_device_api");
+    }
 }
 
 /// Reads the environment and pkg-config for `find`.

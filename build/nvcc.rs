@@ -3,9 +3,9 @@
 //! missing nvcc is no error here: a dependent that needs one says so.
 //!
 //! In order: the `NVCC` variable (the operator's choice); beside the CUDA headers found (a toolkit's
-//! `bin/`, pip's `nvidia/cu13/bin/` for CUDA 13 and `nvidia/cuda_nvcc/bin/` for CUDA 12, whose headers
-//! come with it); in this repository, what `ci/setup --nvcc` installed for the headers' CUDA version
-//! (`.deps/nvcc-13.0/`). Not `PATH`: reading it would rebuild the bindings whenever it changes; the
+//! `bin/`, pip's `nvidia/cu13/bin/` where `nvidia-cuda-nvcc` 13 is installed with them; CUDA 12's pip
+//! wheels have no nvcc, only ptxas); in this repository, what `ci/setup --nvcc` installed for the headers'
+//! CUDA version (`.deps/nvcc-13.0/`). Not `PATH`: reading it would rebuild the bindings whenever it changes; the
 //! kernel builder (`crates/nvcc`) looks there itself.
 
 use std::path::{Path, PathBuf};
@@ -17,9 +17,8 @@ use crate::env;
 pub fn find(cuda_include: &[PathBuf], cuda: u32, deps: Option<&Path>) -> Option<PathBuf> {
     let mut candidates: Vec<PathBuf> = env::var("NVCC").map(PathBuf::from).into_iter().collect();
     if let Some(dir) = cuda_include.first() {
-        // A toolkit's include/ or pip's cu13/include; a toolkit's targets/<target>/include; pip's CUDA 12
-        // cuda_runtime/include, beside cuda_nvcc/.
-        for up in ["..", "../../..", "../../cuda_nvcc"] {
+        // A toolkit's include/ or pip's cu13/include; a toolkit's targets/<target>/include.
+        for up in ["..", "../../.."] {
             candidates.push(dir.join(up).join("bin/nvcc"));
         }
     }

@@ -35,6 +35,11 @@ impl Snapshot {
         "initializers.rs",
     ];
 
+    /// Whether the snapshot holds the device API's bindings (`device.rs`: its NCCL is 2.28+).
+    pub fn has_device_api(&self) -> bool {
+        self.dir.join(crate::device::BINDINGS).is_file()
+    }
+
     /// Puts the snapshot where bindgen's output would go; returns the NCCL and CUDA versions it was made from.
     pub fn install(&self, out_dir: &Path) -> Result<(NcclVersion, u32), String> {
         for file in Self::FILES {

@@ -130,15 +130,16 @@ pub mod bindings {
         clippy::undocumented_unsafe_blocks,
         clippy::useless_transmute,
         clippy::ptr_offset_with_cast,
-        // nccl.h's comments, carried over as they are.
+        // nccl.h's and cuda.h's comments, carried over as they are (CUdevice_attribute's name a URL).
         clippy::doc_lazy_continuation,
+        rustdoc::bare_urls,
         // The loaded functions keep bindgen's `#[must_use]` as its declarations have it (feature `link`).
         clippy::double_must_use
     )]
     #[cfg(feature = "link")]
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
     // NCCL 2.28+'s device API (nccl_device.h): its host functions and the types they take.
-    #[cfg(all(feature = "link", nccl_2_28))]
+    #[cfg(all(feature = "link", nccl_device_api))]
     include!(concat!(env!("OUT_DIR"), "/device.rs"));
 
     // Loaded at run time (the default): bindgen's types and constants come through this glob, and its
@@ -151,7 +152,7 @@ pub mod bindings {
     mod declared {
         #![allow(clippy::all)]
         include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
-        #[cfg(nccl_2_28)]
+        #[cfg(nccl_device_api)]
         include!(concat!(env!("OUT_DIR"), "/device.rs"));
     }
     #[cfg(not(feature = "link"))]
@@ -159,7 +160,7 @@ pub mod bindings {
 }
 
 pub mod cuda;
-#[cfg(nccl_2_28)]
+#[cfg(nccl_device_api)]
 pub mod device;
 mod dladdr;
 mod error;

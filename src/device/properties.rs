@@ -29,7 +29,7 @@ pub unsafe fn query_properties(comm: ncclComm_t) -> Result<ncclCommProperties_t,
 /// `Ok`, and `ncclDevCommCreate` reports an unsupported communicator itself.
 ///
 /// # Safety
-/// As [`query_properties`]': `comm` is a live communicator.
+/// As `query_properties`': `comm` is a live communicator.
 ///
 /// [`GpuError::DeviceApiUnsupported`]: crate::nccl::GpuError::DeviceApiUnsupported
 pub unsafe fn require_device_api(comm: ncclComm_t, max_lsa_teams: i32) -> Result<(), GpuError> {

@@ -133,7 +133,7 @@ pub(crate) fn missing_text() -> *const c_char {
 /// [`missing_error`] gives for the function, as the dynamic linker ends a linked build that lacks a
 /// symbol. Only a library older than the headers, accepted with [`ALLOW_OLDER_VAR`], lacks one.
 // Only the device API (NCCL 2.28+) declares functions that return no status.
-#[cfg_attr(not(nccl_2_28), allow(dead_code))]
+#[cfg_attr(not(nccl_device_api), allow(dead_code))]
 pub(crate) fn missing_abort(index: usize) -> ! {
     let name = NAMES.get(index).copied().unwrap_or("an NCCL function");
     match missing_error(missing_status(index), name) {

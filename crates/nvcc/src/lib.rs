@@ -108,8 +108,9 @@ impl Fatbin {
                 });
             Error::NoNvcc(format!(
                 "cannot compile {}: no nvcc beside the CUDA {cuda} headers metrale-gpu-sys found ({cuda_include}) \
-                 nor on PATH. Install one of that CUDA version (pip: nvidia-cuda-nvcc and nvidia-nvvm of the \
-                 headers' version; in this repository `ci/setup --nvcc`), or set NVCC=<path of nvcc>",
+                 nor on PATH. Install one of that CUDA version (a toolkit; for CUDA 13 also pip's nvidia-cuda-nvcc \
+                 and nvidia-nvvm of the headers' version, in this repository `ci/setup --nvcc`), or set \
+                 NVCC=<path of nvcc>",
                 self.source.display()
             ))
         })?;
