@@ -29,6 +29,11 @@ const USAGE: &str = "device_allreduce [--ranks N (default 2)] [--count FLOATS (d
 
 fn main() -> ExitCode {
     let result = match std::env::var(RANK) {
+        _ if !cfg!(device_api) => Err(
+            "built against NCCL headers without the device API (nccl_device.h, NCCL 2.28+): rebuild \
+             against newer ones (NCCL_HOME)"
+                .into(),
+        ),
         Ok(rank) => rank_main(&rank),
         Err(_) => parent(),
     };
@@ -117,7 +122,14 @@ fn parent() -> Result<()> {
     Ok(())
 }
 
+/// Headers without the device API: `main` says so before any rank starts.
+#[cfg(not(device_api))]
+fn rank_main(_: &str) -> Result<()> {
+    unreachable!("main refuses to start ranks without the device API")
+}
+
 /// One rank: joins the communicator, runs the kernel, checks what it saw.
+#[cfg(device_api)]
 fn rank_main(rank: &str) -> Result<()> {
     let var = |name: &str| std::env::var(name).map_err(|_| format!("{name} is unset"));
     let rank: usize = rank.parse()?;
