@@ -9,7 +9,9 @@
 
 use std::path::Path;
 
-use crate::{bindgen_panic, device, driver_table, layout, nccl_table, snapshot, Inputs};
+use metrale_gpu_sys_build::bindgen_panic;
+
+use crate::{device, driver_table, layout, nccl_table, snapshot, Inputs};
 
 /// The `cuda.h` types the helpers name (with what they refer to).
 const DRIVER_TYPES: &str =
@@ -73,7 +75,7 @@ fn run(inputs: &Inputs) -> Result<(), String> {
         &inputs.out_dir.join("nccl_loaded.rs"),
         &nccl_table::generate(&bindings)?,
     )?;
-    let facts = snapshot::facts(inputs.nccl, inputs.cuda, &layouts);
+    let facts = snapshot::facts(inputs.nccl, inputs.cuda, &layouts)?;
     write_text(&inputs.out_dir.join("facts.rs"), &facts)?;
 
     // Which CUDA version added each function: cudaTypedefs.h's `PFN_<function>_v<version>` typedefs, as
@@ -104,11 +106,8 @@ fn run(inputs: &Inputs) -> Result<(), String> {
         declarations = declarations.header(path.to_string_lossy());
     }
     let declarations = declarations.generate().map_err(bindgen_failed)?;
-    let table = driver_table::generate(&parse(&declarations.to_string())?)?;
-    write_text(
-        &inputs.out_dir.join("cuda_driver.rs"),
-        &(table + &names.table()),
-    )
+    let table = driver_table::generate(&parse(&declarations.to_string())?, &names.collected())?;
+    write_text(&inputs.out_dir.join("cuda_driver.rs"), &table)
 }
 
 /// bindgen's output as syn reads it.
@@ -145,16 +144,9 @@ impl bindgen::callbacks::ParseCallbacks for CuresultNames {
 }
 
 impl CuresultNames {
-    fn table(&self) -> String {
-        let names = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let rows: String = names
-            .iter()
-            .map(|(value, name)| format!("    ({value}, \"{name}\"),\n"))
-            .collect();
-        format!(
-            "\n/// `cudaError_enum`'s values and names, as cuda.h lists them (for `CUresult`'s `Debug`).\n\
-             pub const CURESULT_NAMES: &[(::std::os::raw::c_uint, &str)] = &[\n{rows}];\n"
-        )
+    /// The names and values seen, in cuda.h's order.
+    fn collected(&self) -> Vec<(u64, String)> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 

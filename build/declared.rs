@@ -1,15 +1,15 @@
-//! The functions of bindgen's `extern "C"` blocks, read by syn, as Rust text: what the generated tables
+//! The functions of bindgen's `extern "C"` blocks, read by syn: what the generated tables
 //! (`driver_table.rs`, `nccl_table.rs`) wrap.
 
 /// A function as bindgen declared it.
 pub struct Function<'a> {
     /// bindgen's item (its attributes: docs, `#[must_use]`).
     pub item: &'a syn::ForeignItemFn,
-    pub name: String,
+    pub name: &'a syn::Ident,
     /// `(name, Type)` of each parameter.
-    pub params: Vec<(String, String)>,
+    pub params: Vec<(&'a syn::Ident, &'a syn::Type)>,
     /// The return type; `None` for none.
-    pub ret: Option<String>,
+    pub ret: Option<&'a syn::Type>,
 }
 
 /// Every function of `file`'s `extern "C"` blocks, in order.
@@ -23,7 +23,7 @@ pub fn functions(file: &syn::File) -> Result<Vec<Function<'_>>, String> {
             let syn::ForeignItem::Fn(f) = item else {
                 continue;
             };
-            let name = f.sig.ident.to_string();
+            let name = &f.sig.ident;
             let mut params = Vec::new();
             for input in &f.sig.inputs {
                 let syn::FnArg::Typed(param) = input else {
@@ -32,11 +32,11 @@ pub fn functions(file: &syn::File) -> Result<Vec<Function<'_>>, String> {
                 let syn::Pat::Ident(ident) = &*param.pat else {
                     return Err(format!("bindgen declared {name} with an unnamed parameter"));
                 };
-                params.push((ident.ident.to_string(), rust(&param.ty)?));
+                params.push((&ident.ident, &*param.ty));
             }
             let ret = match &f.sig.output {
                 syn::ReturnType::Default => None,
-                syn::ReturnType::Type(_, ty) => Some(rust(ty)?),
+                syn::ReturnType::Type(_, ty) => Some(&**ty),
             };
             found.push(Function {
                 item: f,
@@ -49,13 +49,8 @@ pub fn functions(file: &syn::File) -> Result<Vec<Function<'_>>, String> {
     Ok(found)
 }
 
-/// A type as Rust source, printed by prettyplease (`*mut CUstream`, not the token stream's `* mut CUstream`).
-pub fn rust(ty: &syn::Type) -> Result<String, String> {
-    let alias: syn::File = syn::parse_quote!(type T = #ty;);
-    let text = prettyplease::unparse(&alias);
-    text.trim()
-        .strip_prefix("type T = ")
-        .and_then(|t| t.strip_suffix(';'))
-        .map(str::to_string)
-        .ok_or_else(|| format!("prettyplease printed a type alias as {text:?}"))
+/// A type's tokens as text (`* mut CUstream`): a key that two spellings of one type share, and what an
+/// error message shows.
+pub fn key(ty: &syn::Type) -> String {
+    quote::quote!(#ty).to_string()
 }

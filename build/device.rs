@@ -19,8 +19,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::header::HeaderVersion;
 use crate::header::{Initializer, Macros};
-use crate::nccl_version::NcclVersion;
 
 /// The C++ wrapper bindgen and the preprocessor read, relative to the crate's root.
 pub const WRAPPER: &str = "shim/device.h";
@@ -30,12 +30,8 @@ pub const SHIM: &str = "shim/device.cc";
 pub const BINDINGS: &str = "device.rs";
 /// The C++ standard the headers need (`decltype(auto)`, `if constexpr`).
 pub const CXX_STD: &str = "c++17";
-/// The first NCCL version with the device API.
-const SINCE: NcclVersion = NcclVersion {
-    major: 2,
-    minor: 28,
-    patch: 0,
-};
+/// The first NCCL version with the device API: (major, minor).
+const SINCE: (u32, u32) = (2, 28);
 
 /// The device API of the headers found, where they have it.
 pub struct Device {
@@ -52,13 +48,13 @@ impl Device {
     /// be read.
     pub fn find(
         manifest_dir: &Path,
-        nccl: NcclVersion,
+        nccl: HeaderVersion,
         nccl_include: &Path,
         include_dirs: &[PathBuf],
         c_initializers: &[Initializer],
         out_dir: &Path,
     ) -> Result<Option<Device>, String> {
-        if nccl < SINCE {
+        if (nccl.major, nccl.minor) < SINCE {
             return Ok(None);
         }
         let header = nccl_include.join("nccl_device.h");
@@ -68,8 +64,8 @@ impl Device {
                  every NCCL since {}.{} installs beside nccl.h: the bindings leave its device API out. \
                  Install NCCL's whole include folder (pip's nvidia-nccl wheel has it) to have it.",
                 nccl_include.display(),
-                SINCE.major,
-                SINCE.minor
+                SINCE.0,
+                SINCE.1
             );
             return Ok(None);
         }

@@ -3,9 +3,11 @@
 //! functions fail the load when missing, optional ones fail only their own call (the driver contract). It
 //! names types from `bindings.rs`, which it `use`s.
 
-use std::fmt::Write;
+use proc_macro2::{Literal, TokenStream};
+use quote::{format_ident, quote};
 
-use crate::declared::rust;
+use crate::declared::{key, Function};
+use crate::print::{docs, file, safety};
 
 /// The driver functions the helpers need, by the symbol cuda.h binds them to (its `#define cuFoo cuFoo_v2`
 /// renames apply before bindgen sees a name, so the suffix is part of the ABI). Required: loading fails
@@ -98,15 +100,16 @@ fn base(symbol: &str) -> &str {
     }
 }
 
-/// A driver function as bindgen declared it: its parameters (`name: Type`) and return type, as Rust text,
-/// and its signature with every type alias resolved (to compare with cudaTypedefs.h's).
-struct Declaration {
-    params: Vec<(String, String)>,
-    ret: String,
+/// A driver function as bindgen declared it, with its signature with every type alias resolved (to
+/// compare with cudaTypedefs.h's).
+struct Declaration<'a> {
+    function: Function<'a>,
+    ret: &'a syn::Type,
     signature: Signature,
 }
 
-/// Parameter and return types, type aliases resolved (`CUdeviceptr` and `CUdeviceptr_v2` are one type).
+/// Parameter and return types, type aliases resolved (`CUdeviceptr` and `CUdeviceptr_v2` are one type),
+/// as their tokens' text ([`key`]).
 type Signature = (Vec<String>, String);
 
 /// bindgen's type aliases (`pub type CUdeviceptr = CUdeviceptr_v2;`), by name.
@@ -125,16 +128,16 @@ impl<'a> Aliases<'a> {
         )
     }
 
-    /// `ty` with every alias resolved, through pointers, as Rust text.
-    fn resolve(&self, ty: &syn::Type) -> Result<String, String> {
+    /// `ty` with every alias resolved, through pointers, as its tokens' text.
+    fn resolve(&self, ty: &syn::Type) -> String {
         match ty {
             syn::Type::Ptr(ptr) => {
                 let kind = if ptr.mutability.is_some() {
-                    "*mut"
+                    "* mut"
                 } else {
-                    "*const"
+                    "* const"
                 };
-                Ok(format!("{kind} {}", self.resolve(&ptr.elem)?))
+                format!("{kind} {}", self.resolve(&ptr.elem))
             }
             syn::Type::Path(path) => match path
                 .path
@@ -142,9 +145,9 @@ impl<'a> Aliases<'a> {
                 .and_then(|i| self.0.get(&i.to_string()))
             {
                 Some(aliased) => self.resolve(aliased),
-                None => rust(ty),
+                None => key(ty),
             },
-            _ => rust(ty),
+            _ => key(ty),
         }
     }
 
@@ -152,45 +155,37 @@ impl<'a> Aliases<'a> {
         &self,
         params: impl Iterator<Item = &'t syn::Type>,
         ret: &syn::ReturnType,
-    ) -> Result<Signature, String> {
-        let params = params
-            .map(|ty| self.resolve(ty))
-            .collect::<Result<_, _>>()?;
+    ) -> Signature {
+        let params = params.map(|ty| self.resolve(ty)).collect();
         let ret = match ret {
-            syn::ReturnType::Type(_, ty) => self.resolve(ty)?,
+            syn::ReturnType::Type(_, ty) => self.resolve(ty),
             syn::ReturnType::Default => "()".to_string(),
         };
-        Ok((params, ret))
+        (params, ret)
     }
 }
 
 /// The functions of bindgen's `extern "C"` blocks, by symbol.
-fn declarations(file: &syn::File) -> Result<Vec<(String, Declaration)>, String> {
+fn declarations(file: &syn::File) -> Result<Vec<Declaration<'_>>, String> {
     let aliases = Aliases::of(file);
     crate::declared::functions(file)?
         .into_iter()
-        .map(|f| {
-            let ret = f.ret.ok_or_else(|| {
+        .map(|function| {
+            let ret = function.ret.ok_or_else(|| {
                 format!(
                     "bindgen declared {} returning nothing, not a CUresult",
-                    f.name
+                    function.name
                 )
             })?;
             let signature = aliases.signature(
-                f.item.sig.inputs.iter().filter_map(|input| match input {
-                    syn::FnArg::Typed(param) => Some(&*param.ty),
-                    syn::FnArg::Receiver(_) => None,
-                }),
-                &f.item.sig.output,
-            )?;
-            Ok((
-                f.name,
-                Declaration {
-                    params: f.params,
-                    ret,
-                    signature,
-                },
-            ))
+                function.params.iter().map(|(_, ty)| *ty),
+                &function.item.sig.output,
+            );
+            Ok(Declaration {
+                function,
+                ret,
+                signature,
+            })
         })
         .collect()
 }
@@ -219,7 +214,7 @@ impl Abis {
             let function = pointee(&alias.ty)
                 .ok_or_else(|| format!("bindgen translated {name} as no function pointer"))?;
             let params = function.inputs.iter().map(|arg| &arg.ty);
-            let signature = aliases.signature(params, &function.output)?;
+            let signature = aliases.signature(params, &function.output);
             abis.push((base.to_string(), version, signature));
         }
         Ok(Abis(abis))
@@ -270,123 +265,171 @@ fn pointee(ty: &syn::Type) -> Option<&syn::TypeBareFn> {
 /// `DriverApi`, from bindgen's declarations of `symbols()`: the required functions as fields (loading
 /// fails without them), the optional ones as `Option`s behind methods that return `Err` naming a missing
 /// one, never a panic. `declared` also holds cudaTypedefs.h's `PFN_…` typedefs of the functions' bases,
-/// where that header was found: they say which CUDA version introduced each symbol.
-pub fn generate(declared: &syn::File) -> Result<String, String> {
+/// where that header was found: they say which CUDA version introduced each symbol. `names`: cuda.h's
+/// `CUresult` values and names.
+pub fn generate(declared: &syn::File, names: &[(u64, String)]) -> Result<String, String> {
     let abis = Abis::of(declared)?;
     let declared = declarations(declared)?;
     let find = |symbols: &[&str]| {
         symbols
             .iter()
-            .find_map(|s| declared.iter().find(|(name, _)| name == s).map(|(_, d)| d))
+            .find_map(|s| declared.iter().find(|d| d.function.name == s))
     };
     let needs = |symbol: &str, signature: &Signature| {
-        let is_declared = declared.iter().any(|(name, _)| name == symbol);
+        let is_declared = declared.iter().any(|d| d.function.name == symbol);
         match abis.introduced(symbol, signature, is_declared) {
-            Some(v) => format!("Some({v})"),
-            None => "None".to_string(),
+            Some(v) => {
+                let v = Literal::u32_unsuffixed(v);
+                quote!(Some(#v))
+            }
+            None => quote!(None),
         }
     };
-    let mut fields = String::new();
-    let mut resolve = String::new();
-    let mut inits = String::new();
-    let mut methods = String::new();
-    let mut required_needs = String::new();
-    for &name in REQUIRED_FUNCTIONS {
-        let d = find(&[name]).ok_or_else(|| {
-            format!("cuda.h declares no {name}, a driver function the helpers need: is it CUDA's cuda.h?")
+    let mut fields = Vec::new();
+    let mut resolve = Vec::new();
+    let mut inits = Vec::new();
+    let mut methods = Vec::new();
+    let mut required_needs = Vec::new();
+    let call_safety = safety("the caller upholds cuda.h's contract for the call.");
+    for &symbol in REQUIRED_FUNCTIONS {
+        let d = find(&[symbol]).ok_or_else(|| {
+            format!("cuda.h declares no {symbol}, a driver function the helpers need: is it CUDA's cuda.h?")
         })?;
+        let name = format_ident!("{symbol}");
         let (params, args, ty) = signature(d);
-        writeln!(fields, "    pub {name}: {ty},").ok();
-        writeln!(
-            resolve,
-            "            let {name} = *library.get(b\"{name}\\0\").map_err(|e| (\"{name}\", e))?;"
-        )
-        .ok();
-        writeln!(inits, "                {name},").ok();
-        writeln!(
-            required_needs,
-            "    (\"{name}\", {}),",
-            needs(name, &d.signature)
-        )
-        .ok();
-        writeln!(
-            methods,
-            "    /// `{name}` (required: every driver of the headers' CUDA major version has it).\n    \
-             ///\n    /// # Safety\n    /// As cuda.h documents for `{name}`.\n    \
-             #[inline]\n    pub unsafe fn {name}(&self{params}) -> {ret} {{\n        \
-             // SAFETY: the caller upholds cuda.h's contract for the call.\n        \
-             unsafe {{ (self.{name})({args}) }}\n    }}\n",
-            ret = d.ret
-        )
-        .ok();
+        let ret = d.ret;
+        let lookup = Literal::byte_string(format!("{symbol}\0").as_bytes());
+        fields.push(quote!(pub #name: #ty));
+        resolve.push(quote! {
+            let #name = *library.get(#lookup).map_err(|e| (#symbol, e))?;
+        });
+        inits.push(name.clone());
+        let since = needs(symbol, &d.signature);
+        required_needs.push(quote!((#symbol, #since)));
+        let doc = docs(&format!(
+            "`{symbol}` (required: every driver of the headers' CUDA major version has it).\n\n\
+             # Safety\nAs cuda.h documents for `{symbol}`."
+        ));
+        methods.push(quote! {
+            #doc
+            #[inline]
+            pub unsafe fn #name(&self, #(#params),*) -> #ret {
+                #call_safety
+                unsafe { (self.#name)(#(#args),*) }
+            }
+        });
     }
-    for &(name, symbols) in OPTIONAL_FUNCTIONS {
+    for &(method, symbols) in OPTIONAL_FUNCTIONS {
         let d = find(symbols).ok_or_else(|| {
             format!(
                 "cuda.h declares none of {symbols:?}: is it CUDA's cuda.h, of CUDA 12 or newer?"
             )
         })?;
+        let name = format_ident!("{method}");
         let (params, args, ty) = signature(d);
-        writeln!(fields, "    {name}: ::std::option::Option<{ty}>,").ok();
-        let lookups: Vec<String> = symbols
-            .iter()
-            .map(|s| format!("library.get(b\"{s}\\0\")"))
-            .collect();
-        writeln!(
-            resolve,
-            "            let {name} = {}.ok().map(|f| *f);",
-            lookups.join(".or_else(|_| ").to_string() + &")".repeat(symbols.len() - 1)
-        )
-        .ok();
-        writeln!(inits, "                {name},").ok();
+        let ret = d.ret;
+        fields.push(quote!(#name: ::std::option::Option<#ty>));
+        let lookups = symbols.iter().map(|s| {
+            let lookup = Literal::byte_string(format!("{s}\0").as_bytes());
+            quote!(library.get(#lookup))
+        });
+        let lookup = lookups
+            .reduce(|first, next| quote!(#first.or_else(|_| #next)))
+            .ok_or_else(|| format!("driver_table.rs lists no symbol for {method}"))?;
+        resolve.push(quote! {
+            let #name = #lookup.ok().map(|f| *f);
+        });
+        inits.push(name.clone());
         let oldest = symbols[symbols.len() - 1];
-        writeln!(
-            methods,
-            "    /// `{}` (optional): `Err` when the loaded driver lacks it.\n    \
-             ///\n    /// # Safety\n    /// As cuda.h documents for `{name}`.\n    \
-             #[inline]\n    pub unsafe fn {name}(&self{params}) -> Result<{ret}, GpuError> {{\n        \
-             match self.{name} {{\n            \
-             // SAFETY: the caller upholds cuda.h's contract for the call.\n            \
-             Some(function) => Ok(unsafe {{ function({args}) }}),\n            \
-             None => Err(self.missing(\"{oldest}\", {})),\n        }}\n    }}\n",
-            symbols.join("`, else `"),
-            needs(oldest, &d.signature),
-            ret = d.ret
-        )
-        .ok();
+        let since = needs(oldest, &d.signature);
+        let doc = docs(&format!(
+            "`{}` (optional): `Err` when the loaded driver lacks it.\n\n# Safety\nAs cuda.h documents for `{method}`.",
+            symbols.join("`, else `")
+        ));
+        methods.push(quote! {
+            #doc
+            #[inline]
+            pub unsafe fn #name(&self, #(#params),*) -> Result<#ret, GpuError> {
+                let Some(function) = self.#name else {
+                    return Err(self.missing(#oldest, #since));
+                };
+                #call_safety
+                Ok(unsafe { function(#(#args),*) })
+            }
+        });
     }
-    Ok(format!(
-        "/* Generated by build/driver_table.rs from bindgen's declarations of cuda.h's driver functions. */\n\n\
-         use crate::error::GpuError;\n\n\
-         /// The CUDA driver's functions, loaded from libcuda.so.1 at run time: the required ones as fields, \
-         the\n/// optional ones behind methods that return `Err` when the driver lacks them. Only the crate \
-         builds\n/// one ([`crate::cuda::driver`]), and it never unloads the library: a table is never dropped.\n\
-         pub struct DriverApi {{\n    _library: ::libloading::Library,\n{fields}}}\n\n\
-         impl DriverApi {{\n    \
-         /// Resolves every function in `library`; `Err` names the first required one it lacks.\n    \
-         ///\n    /// # Safety\n    \
-         /// `library` is the CUDA driver: each symbol has the signature cuda.h declares for it.\n    \
-         /// The table is never dropped once one of its functions has run (that would unload the library).\n    \
-         pub(crate) unsafe fn from_library(\n        library: ::libloading::Library,\n    \
-         ) -> Result<DriverApi, (&'static str, ::libloading::Error)> {{\n        \
-         // SAFETY: for every lookup below: the caller promises cuda.h's signatures; each function pointer \
-         is\n        // copied out and stays valid while the library, kept in the table, is loaded.\n        \
-         unsafe {{\n{resolve}            Ok(DriverApi {{\n                _library: library,\n{inits}            }})\n        \
-         }}\n    }}\n\n{methods}}}\n\n\
-         /// The required functions, and the CUDA version that introduced each (from cudaTypedefs.h).\n\
-         pub const REQUIRED_FUNCTIONS: &[(&str, ::std::option::Option<u32>)] = &[\n{required_needs}];\n"
-    ))
+    let names = names.iter().map(|(value, name)| {
+        let value = Literal::u64_unsuffixed(*value);
+        quote!((#value, #name))
+    });
+    let struct_doc = docs(
+        "The CUDA driver's functions, loaded from libcuda.so.1 at run time: the required ones as fields, the\n\
+         optional ones behind methods that return `Err` when the driver lacks them. Only the crate builds\n\
+         one ([`crate::cuda::driver`]), and it never unloads the library: a table is never dropped.",
+    );
+    let from_library_doc = docs(
+        "Resolves every function in `library`; `Err` names the first required one it lacks.\n\n# Safety\n\
+         `library` is the CUDA driver: each symbol has the signature cuda.h declares for it.\n\
+         The table is never dropped once one of its functions has run (that would unload the library).",
+    );
+    let lookup_safety = safety(
+        "for every lookup below: the caller promises cuda.h's signatures; each function pointer is copied \
+         out and stays valid while the library, kept in the table, is loaded.",
+    );
+    let required_doc = docs(
+        "The required functions, and the CUDA version that introduced each (from cudaTypedefs.h).",
+    );
+    let names_doc = docs(
+        "`cudaError_enum`'s values and names, as cuda.h lists them (for `CUresult`'s `Debug`).",
+    );
+    file(
+        "build/driver_table.rs from bindgen's declarations of cuda.h's driver functions",
+        quote! {
+            use crate::error::GpuError;
+
+            #struct_doc
+            pub struct DriverApi {
+                _library: ::libloading::Library,
+                #(#fields,)*
+            }
+
+            impl DriverApi {
+                #from_library_doc
+                pub(crate) unsafe fn from_library(
+                    library: ::libloading::Library,
+                ) -> Result<DriverApi, (&'static str, ::libloading::Error)> {
+                    #lookup_safety
+                    unsafe {
+                        #(#resolve)*
+                        Ok(DriverApi {
+                            _library: library,
+                            #(#inits,)*
+                        })
+                    }
+                }
+
+                #(#methods)*
+            }
+
+            #required_doc
+            pub const REQUIRED_FUNCTIONS: &[(&str, ::std::option::Option<u32>)] = &[#(#required_needs),*];
+
+            #names_doc
+            pub const CURESULT_NAMES: &[(::std::os::raw::c_uint, &str)] = &[#(#names),*];
+        },
+    )
 }
 
-/// A declaration as `, name: Type` parameters, call arguments, and its function-pointer type.
-fn signature(d: &Declaration) -> (String, String, String) {
-    let params: String = d
+/// A declaration's `name: Type` parameters, its call arguments, and its function-pointer type.
+fn signature<'d>(d: &'d Declaration) -> (Vec<TokenStream>, Vec<&'d syn::Ident>, TokenStream) {
+    let params: Vec<TokenStream> = d
+        .function
         .params
         .iter()
-        .map(|(n, t)| format!(", {n}: {t}"))
+        .map(|(n, t)| quote!(#n: #t))
         .collect();
-    let args: Vec<&str> = d.params.iter().map(|(n, _)| n.as_str()).collect();
-    let types: Vec<String> = d.params.iter().map(|(n, t)| format!("{n}: {t}")).collect();
-    let ty = format!("unsafe extern \"C\" fn({}) -> {}", types.join(", "), d.ret);
-    (params, args.join(", "), ty)
+    let args = d.function.params.iter().map(|(n, _)| *n).collect();
+    let ret = d.ret;
+    let ty = quote!(unsafe extern "C" fn(#(#params),*) -> #ret);
+    (params, args, ty)
 }

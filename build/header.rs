@@ -5,9 +5,25 @@
 //! prints each macro defined at the end as one `#define NAME BODY` line; a second pass expands each
 //! initializer in a probe that has the preprocessor itself print the struct it is for.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::nccl_version::NcclVersion;
+/// The NCCL version nccl.h declares, as its macros say it: `NCCL_MAJOR`, `NCCL_MINOR`, `NCCL_PATCH` and
+/// `NCCL_VERSION_CODE`. For the cfg flags, the metadata and the messages; the crate compares versions
+/// with its own `NcclVersion`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+    pub code: u32,
+}
+
+impl fmt::Display for HeaderVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
 
 /// An initializer macro of nccl.h (`NCCL_<NAME>_INITIALIZER`) and the struct it initialises.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,13 +112,14 @@ impl Macros {
         })
     }
 
-    /// `NCCL_MAJOR`, `NCCL_MINOR` and `NCCL_PATCH`.
-    pub fn nccl_version(&self) -> Result<NcclVersion, String> {
+    /// `NCCL_MAJOR`, `NCCL_MINOR`, `NCCL_PATCH` and `NCCL_VERSION_CODE`.
+    pub fn nccl_version(&self) -> Result<HeaderVersion, String> {
         let field = |name| self.number(name, "NCCL's nccl.h");
-        Ok(NcclVersion {
+        Ok(HeaderVersion {
             major: field("NCCL_MAJOR")?,
             minor: field("NCCL_MINOR")?,
             patch: field("NCCL_PATCH")?,
+            code: field("NCCL_VERSION_CODE")?,
         })
     }
 

@@ -1,11 +1,9 @@
 //! Finds NCCL and the CUDA headers, translates them with bindgen, compiles the C shim, and links libnccl.
-//! The steps, in order: `find` (discovery), `header` (versions and initializer macros, from the C
+//! The steps, in order: discovery (`metrale_gpu_sys_build::find`, through `host`), `header` (versions and initializer macros, from the C
 //! preprocessor), `bindings` (bindgen, feature `bindgen`) or `snapshot` (`bundled-bindings`),
 //! `initializers` and the shim (cc), linking.
 //! Any failure ends the build with one message on stderr: what is missing, where it looked, how to fix it.
 
-#[cfg(feature = "bindgen")]
-mod bindgen_panic;
 #[cfg(feature = "bindgen")]
 mod bindings;
 #[cfg(feature = "bindgen")]
@@ -14,23 +12,23 @@ mod device;
 #[cfg(feature = "bindgen")]
 mod driver_table;
 mod env;
-mod find;
 mod header;
+mod host;
 mod initializers;
 #[cfg(feature = "bindgen")]
 mod layout;
 #[cfg(feature = "bindgen")]
 mod nccl_table;
 mod nvcc;
+#[cfg(feature = "bindgen")]
+mod print;
 mod snapshot;
-// Shared with the crate (which compares it with the loaded library's version): one definition of the type.
-#[allow(dead_code)] // `from_code` is the crate's
-#[path = "../src/nccl_version.rs"]
-mod nccl_version;
 
 use std::path::{Path, PathBuf};
 
-use nccl_version::NcclVersion;
+use header::HeaderVersion;
+use host::BuildHost;
+use metrale_gpu_sys_build::find;
 use snapshot::Snapshot;
 
 /// Minor versions the `nccl_2_<minor>` cfg flags are declared for (see `emit_version`).
@@ -46,13 +44,7 @@ fn main() {
 fn run() -> Result<(), String> {
     let manifest_dir = PathBuf::from(required("CARGO_MANIFEST_DIR")?);
     let out_dir = PathBuf::from(required("OUT_DIR")?);
-    for input in [
-        "build",
-        "src/nccl_version.rs",
-        "wrapper.h",
-        "shim",
-        "src/snapshot",
-    ] {
+    for input in ["build", "wrapper.h", "shim", "src/snapshot"] {
         println!("cargo:rerun-if-changed={input}");
     }
 
@@ -87,7 +79,7 @@ fn run() -> Result<(), String> {
         &target.to_string_lossy(),
         &host.to_string_lossy(),
     );
-    let found = find::find(&BuildHost, &places)?;
+    let found = find::find(&BuildHost, &places).map_err(|not_found| not_found.to_string())?;
     for skipped in &found.passed_over {
         println!(
             "cargo:warning=metrale-gpu-sys passed over {skipped}; using {}",
@@ -194,7 +186,7 @@ fn run() -> Result<(), String> {
 /// nccl.h). Returns what a failed compile of the shim then means.
 fn use_snapshot(
     snapshot: &Snapshot,
-    (nccl, cuda): (NcclVersion, u32),
+    (nccl, cuda): (HeaderVersion, u32),
     found: &find::Found,
     (filled, device): (&[&str], Option<&device::Device>),
     out_dir: &Path,
@@ -274,7 +266,7 @@ struct Inputs<'a> {
     include_dirs: &'a [PathBuf],
     out_dir: &'a Path,
     /// The headers' versions and the structs the shim fills, recorded beside the bindings (`facts.rs`).
-    nccl: NcclVersion,
+    nccl: HeaderVersion,
     cuda: u32,
     filled: &'a [&'a str],
 }
@@ -318,7 +310,7 @@ fn link_nccl(found: &find::Found) {
 
 /// Versions for this crate (cfg flags) and for dependents (`DEP_NCCL_*` in their build scripts); where the
 /// headers and library are, unless the bindings come from the snapshot alone (docs.rs).
-fn emit_version(nccl: NcclVersion, cuda: u32, found: Option<&find::Found>, out_dir: &Path) {
+fn emit_version(nccl: HeaderVersion, cuda: u32, found: Option<&find::Found>, out_dir: &Path) {
     let asked: Vec<String> = ASKED_MACROS.iter().map(|m| format!("{m:?}")).collect();
     println!(
         "cargo:rustc-check-cfg=cfg(nccl_macro, values({}))",
@@ -330,7 +322,7 @@ fn emit_version(nccl: NcclVersion, cuda: u32, found: Option<&find::Found>, out_d
             println!("cargo:rustc-cfg=nccl_2_{minor}");
         }
     }
-    println!("cargo:version_number={}", nccl.code());
+    println!("cargo:version_number={}", nccl.code);
     println!("cargo:version={nccl}");
     println!("cargo:cuda_version={cuda}");
     println!("cargo:bindings={}", out_dir.join("bindings.rs").display());
@@ -402,64 +394,5 @@ fn emit_device_api(present: bool) {
     println!("cargo:rustc-check-cfg=cfg(nccl_device_api)");
     if present {
         println!("cargo:rustc-cfg=nccl_device_api");
-    }
-}
-
-/// Reads the environment and pkg-config for `find`.
-struct BuildHost;
-
-impl find::Host for BuildHost {
-    fn var(&self, name: &str) -> Option<PathBuf> {
-        env::var(name).map(PathBuf::from)
-    }
-
-    fn pkg_config(&self, name: &str) -> Result<find::PkgConfig, String> {
-        pkg_config::Config::new()
-            .cargo_metadata(false)
-            .env_metadata(true)
-            .probe(name)
-            .map(|lib| find::PkgConfig {
-                include_paths: lib.include_paths,
-                link_paths: lib.link_paths,
-            })
-            .map_err(|e| e.to_string().lines().next().unwrap_or("failed").to_string())
-    }
-
-    fn pkg_config_cuda_names(&self) -> Vec<String> {
-        // pkg-config's folders: PKG_CONFIG_PATH's, then PKG_CONFIG_LIBDIR's where set, else the tool's own
-        // (`pc_path`, asked through the pkg-config crate, which honours PKG_CONFIG, the sysroot and the
-        // per-target variables, and does not answer for another target unless told it may). Each name
-        // found is then probed through the crate too (`find`'s pkg-config step).
-        let mut dirs: Vec<PathBuf> = Vec::new();
-        for var in ["PKG_CONFIG_PATH", "PKG_CONFIG_LIBDIR"] {
-            if let Some(value) = env::var(var) {
-                dirs.extend(std::env::split_paths(&value));
-            }
-        }
-        if env::var("PKG_CONFIG_LIBDIR").is_none() {
-            let Ok(own) = pkg_config::get_variable("pkg-config", "pc_path") else {
-                return Vec::new();
-            };
-            dirs.extend(std::env::split_paths(&own));
-        }
-        let version = |name: &str| -> Option<Vec<u32>> {
-            let digits = name.strip_prefix("cuda-")?;
-            digits.split('.').map(|p| p.parse().ok()).collect()
-        };
-        let mut names: Vec<(Vec<u32>, String)> = dirs
-            .iter()
-            .filter_map(|dir| std::fs::read_dir(dir).ok())
-            .flatten()
-            .flatten()
-            .filter_map(|entry| {
-                let name = entry.file_name().into_string().ok()?;
-                let name = name.strip_suffix(".pc")?.to_string();
-                Some((version(&name)?, name))
-            })
-            .collect();
-        // Newest first; a name in two folders once (pkg-config takes the first folder's).
-        names.sort_by(|a, b| b.cmp(a));
-        names.dedup();
-        names.into_iter().map(|(_, name)| name).collect()
     }
 }

@@ -6,42 +6,36 @@
 //! the call returns the loader's status for it (`check_nccl` then names the function) and the slot keeps
 //! the resolver.
 
-use std::fmt::Write;
+use proc_macro2::{Literal, TokenStream};
+use quote::quote;
 
-/// A function bindgen declared, as Rust text: its name, attributes (docs, `#[must_use]`), `name: Type`
-/// parameters and return type (empty for none).
-struct Declaration {
-    name: String,
-    attrs: Vec<String>,
-    params: Vec<(String, String)>,
-    ret: Option<String>,
-}
+use crate::declared::{key, Function};
+use crate::print::{docs, file, safety};
 
 /// How a call of a function the loaded library lacks returns, by the function's return type: the crate's
 /// status for `ncclResult_t`, a static text for a C string (`ncclGetErrorString`, `ncclGetLastError`),
-/// nothing for a function that returns nothing (`ncclResetDebugInit`). A function that returns no status
-/// (the device API's `ncclTeamLsa`, `ncclTeamRankToWorld`) has no value that could say so: its call ends
-/// the process with a message naming it, as the dynamic linker ends a linked build's.
-fn missing_return(d: &Declaration, index: usize) -> String {
-    match d.ret.as_deref() {
-        None => "()".into(),
-        Some("ncclResult_t") => format!("crate::loader::missing_status({index})"),
-        Some("*const ::std::os::raw::c_char") => "crate::loader::missing_text()".into(),
-        Some(_) => format!("crate::loader::missing_abort({index})"),
+/// nothing for a function that returns nothing (`ncclResetDebugInit`): the statement its resolver runs
+/// then. A function that returns no status (the device API's `ncclTeamLsa`, `ncclTeamRankToWorld`) has no
+/// value that could say so: its call ends the process with a message naming it, as the dynamic linker
+/// ends a linked build's.
+fn missing_return(f: &Function, index: &Literal) -> TokenStream {
+    let Some(ret) = f.ret else {
+        return quote!(return;);
+    };
+    let status: syn::Type = syn::parse_quote!(ncclResult_t);
+    let text: syn::Type = syn::parse_quote!(*const ::std::os::raw::c_char);
+    match key(ret) {
+        k if k == key(&status) => quote!(return crate::loader::missing_status(#index);),
+        k if k == key(&text) => quote!(return crate::loader::missing_text();),
+        _ => quote!(crate::loader::missing_abort(#index)),
     }
 }
 
 /// The `nccl*` functions of bindgen's `extern "C"` blocks, in the order bindgen wrote them.
-fn declarations(file: &syn::File) -> Result<Vec<Declaration>, String> {
-    let found: Vec<Declaration> = crate::declared::functions(file)?
+fn declarations(file: &syn::File) -> Result<Vec<Function<'_>>, String> {
+    let found: Vec<Function> = crate::declared::functions(file)?
         .into_iter()
-        .filter(|f| f.name.starts_with("nccl"))
-        .map(|f| Declaration {
-            attrs: f.item.attrs.iter().filter_map(attribute).collect(),
-            name: f.name,
-            params: f.params,
-            ret: f.ret,
-        })
+        .filter(|f| f.name.to_string().starts_with("nccl"))
         .collect();
     if found.is_empty() {
         return Err("bindgen declared no nccl* function: is nccl.h NCCL's?".into());
@@ -49,90 +43,102 @@ fn declarations(file: &syn::File) -> Result<Vec<Declaration>, String> {
     Ok(found)
 }
 
-/// The attributes a wrapper keeps: the docs (nccl.h's comments) and `#[must_use]`.
-fn attribute(attr: &syn::Attribute) -> Option<String> {
-    match &attr.meta {
-        syn::Meta::Path(p) if p.is_ident("must_use") => Some("#[must_use]".into()),
-        syn::Meta::NameValue(nv) if nv.path.is_ident("doc") => match &nv.value {
-            syn::Expr::Lit(syn::ExprLit {
-                lit: syn::Lit::Str(s),
-                ..
-            }) => Some(format!("#[doc = {:?}]", s.value())),
-            _ => None,
-        },
-        _ => None,
-    }
+/// Whether a wrapper keeps bindgen's attribute: the docs (nccl.h's comments) and `#[must_use]`.
+fn kept(attr: &&syn::Attribute) -> bool {
+    attr.path().is_ident("must_use") || attr.path().is_ident("doc")
 }
 
 /// `nccl_loaded.rs` from bindgen's `bindings.rs` (as syn reads it).
 pub fn generate(bindings: &syn::File) -> Result<String, String> {
     let declared = declarations(bindings)?;
-    let mut names = String::new();
-    let mut slots = String::new();
-    let mut signatures = String::new();
-    let mut wrappers = String::new();
-    let mut resolvers = String::new();
-    for (i, d) in declared.iter().enumerate() {
-        let name = &d.name;
-        let params: Vec<String> = d.params.iter().map(|(n, t)| format!("{n}: {t}")).collect();
-        let params = params.join(", ");
-        let args: Vec<&str> = d.params.iter().map(|(n, _)| n.as_str()).collect();
-        let args = args.join(", ");
-        let ret = d.ret.as_ref().map_or(String::new(), |r| format!(" -> {r}"));
-        let missing = missing_return(d, i);
-        writeln!(names, "        \"{name}\",").ok();
-        writeln!(
-            slots,
-            "        AtomicPtr::new(resolve::{name} as signatures::{name} as *mut ()),"
-        )
-        .ok();
-        writeln!(
-            signatures,
-            "        pub type {name} = unsafe extern \"C\" fn({params}){ret};"
-        )
-        .ok();
-        let attrs: String = d.attrs.iter().map(|a| format!("{a}\n")).collect();
-        write!(
-            wrappers,
-            "{attrs}#[inline]\npub unsafe extern \"C\" fn {name}({params}){ret} {{\n    \
-             // SAFETY: slot {i} holds `{name}`'s resolver or the function libnccl exports as `{name}`, \
-             both of\n    // the signature nccl.h declares for it; the caller upholds nccl.h's contract for \
-             the call.\n    \
-             unsafe {{\n        \
-             let slot = loaded_functions::SLOTS[{i}].load(::core::sync::atomic::Ordering::Acquire);\n        \
-             let f = ::core::mem::transmute::<*mut (), loaded_functions::signatures::{name}>(slot);\n        \
-             f({args})\n    }}\n}}\n\n"
-        )
-        .ok();
-        write!(
-            resolvers,
-            "        /// `{name}`'s first call: resolves it, then calls it, or returns the status for a missing \
-             function.\n        \
-             pub(super) unsafe extern \"C\" fn {name}({params}){ret} {{\n            \
-             match crate::loader::resolve(&SLOTS[{i}], NAMES[{i}]) {{\n                \
-             // SAFETY: `resolve` returns what libnccl exports as `{name}`, which has nccl.h's \
-             signature;\n                // the caller upholds nccl.h's contract for the call.\n                \
-             Some(f) => unsafe {{ ::core::mem::transmute::<*mut (), signatures::{name}>(f)({args}) }},\n                \
-             None => {missing},\n            }}\n        }}\n\n"
-        )
-        .ok();
+    let mut wrappers = Vec::new();
+    let mut signatures = Vec::new();
+    let mut resolvers = Vec::new();
+    for (i, f) in declared.iter().enumerate() {
+        let index = Literal::usize_unsuffixed(i);
+        let name = f.name;
+        let attrs = f.item.attrs.iter().filter(kept);
+        let params: Vec<TokenStream> = f.params.iter().map(|(n, t)| quote!(#n: #t)).collect();
+        let args: Vec<&syn::Ident> = f.params.iter().map(|(n, _)| *n).collect();
+        let ret = f.ret.map(|r| quote!(-> #r));
+        let missing = missing_return(f, &index);
+        let slot_safety = safety(&format!(
+            "slot {i} holds `{name}`'s resolver or the function libnccl exports as `{name}`, both of the \
+             signature nccl.h declares for it; the caller upholds nccl.h's contract for the call."
+        ));
+        wrappers.push(quote! {
+            #(#attrs)*
+            #[inline]
+            pub unsafe extern "C" fn #name(#(#params),*) #ret {
+                #slot_safety
+                unsafe {
+                    let slot = loaded_functions::SLOTS[#index].load(::core::sync::atomic::Ordering::Acquire);
+                    let f = ::core::mem::transmute::<*mut (), loaded_functions::signatures::#name>(slot);
+                    f(#(#args),*)
+                }
+            }
+        });
+        signatures.push(quote! {
+            pub type #name = unsafe extern "C" fn(#(#params),*) #ret;
+        });
+        let doc = docs(&format!(
+            "`{name}`'s first call: resolves it, then calls it, or returns the status for a missing function."
+        ));
+        let found_safety = safety(&format!(
+            "`resolve` returns what libnccl exports as `{name}`, which has nccl.h's signature; the caller \
+             upholds nccl.h's contract for the call."
+        ));
+        resolvers.push(quote! {
+            #doc
+            pub(super) unsafe extern "C" fn #name(#(#params),*) #ret {
+                let Some(f) = crate::loader::resolve(&SLOTS[#index], NAMES[#index]) else {
+                    #missing
+                };
+                #found_safety
+                unsafe { ::core::mem::transmute::<*mut (), signatures::#name>(f)(#(#args),*) }
+            }
+        });
     }
-    let count = declared.len();
-    Ok(format!(
-        "/* Generated by build/nccl_table.rs from bindgen's declarations of nccl.h's functions. */\n\n\
-         {wrappers}\
-         /// The loader's side of the functions above: their names, slots, types and resolvers.\n\
-         pub(crate) mod loaded_functions {{\n    \
-         use ::core::sync::atomic::AtomicPtr;\n\n    \
-         /// The functions' C names, by index: what the loader looks up, and what a missing one's status \
-         names.\n    \
-         pub(crate) const NAMES: [&str; {count}] = [\n{names}    ];\n\n    \
-         /// Where each function's call goes: its resolver until the library's function is found.\n    \
-         pub(super) static SLOTS: [AtomicPtr<()>; {count}] = [\n{slots}    ];\n\n    \
-         /// Each function's type, as nccl.h declares it.\n    \
-         pub(crate) mod signatures {{\n        use super::super::*;\n{signatures}    }}\n\n    \
-         // One shape for every return type: `None => ()` for the functions returning nothing.\n    \
-         #[allow(clippy::single_match)]\n    \
-         mod resolve {{\n        use super::super::*;\n        use super::{{signatures, NAMES, SLOTS}};\n\n{resolvers}    }}\n}}\n"
-    ))
+    let count = Literal::usize_unsuffixed(declared.len());
+    let names = declared.iter().map(|f| f.name.to_string());
+    let slots = declared
+        .iter()
+        .map(|f| f.name)
+        .map(|name| quote!(AtomicPtr::new(resolve::#name as signatures::#name as *mut ())));
+    let loader_doc =
+        docs("The loader's side of the functions above: their names, slots, types and resolvers.");
+    let names_doc = docs("The functions' C names, by index: what the loader looks up, and what a missing one's status names.");
+    let slots_doc = docs(
+        "Where each function's call goes: its resolver until the library's function is found.",
+    );
+    let signatures_doc = docs("Each function's type, as nccl.h declares it.");
+    file(
+        "build/nccl_table.rs from bindgen's declarations of nccl.h's functions",
+        quote! {
+            #(#wrappers)*
+
+            #loader_doc
+            pub(crate) mod loaded_functions {
+                use ::core::sync::atomic::AtomicPtr;
+
+                #names_doc
+                pub(crate) const NAMES: [&str; #count] = [#(#names),*];
+
+                #slots_doc
+                pub(super) static SLOTS: [AtomicPtr<()>; #count] = [#(#slots),*];
+
+                #signatures_doc
+                pub(crate) mod signatures {
+                    use super::super::*;
+                    #(#signatures)*
+                }
+
+                mod resolve {
+                    use super::super::*;
+                    use super::{signatures, NAMES, SLOTS};
+                    #(#resolvers)*
+                }
+            }
+        },
+    )
 }

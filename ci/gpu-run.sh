@@ -19,9 +19,9 @@
 #   multi  at each count: examples/multi_process placed like the tests, started with flags and torchrun's
 #          variables, and under mpirun where this host has Open MPI's (a SKIP row otherwise)
 #   tests  at each count: the GPU, fault and NCCL API suites with cargo-nextest from the archive
-#          (ci/gpu-nextest.toml: one test at a time, each killed after 300 s), except the fixed-count tests
+#          (crates/testkit/gpu-nextest.toml: one test at a time, each killed after 300 s), except the fixed-count tests
 #          and the peer-kill test; GPU_TESTS=<nextest filterset> picks some. The NCCL API suite's elastic
-#          test runs the staged examples/elastic (METRALE_ELASTIC_BIN). A test that prints
+#          test runs the staged elastic example (METRALE_ELASTIC_BIN). A test that prints
 #          "SKIP <test>: <why>" (it needs more GPUs in one process than this host has) is a SKIP row; one
 #          that prints "SKIP <test> (<check>): <why>" skipped that check only: a PASS row naming it
 #   fixed  once: the tests of a fixed rank count (the GPU suite's fixed::, 300 MiB at 2 ranks, 16 ranks), and

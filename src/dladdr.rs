@@ -1,5 +1,7 @@
 //! The file a loaded address belongs to (`dladdr`), for the diagnostics.
 
+use crate::c_text::c_text;
+
 /// The path of the shared object holding `addr`, as the dynamic loader recorded it; `None` where it
 /// cannot tell.
 pub(crate) fn file_of(addr: *const libc::c_void) -> Option<String> {
@@ -8,6 +10,6 @@ pub(crate) fn file_of(addr: *const libc::c_void) -> Option<String> {
     let found = unsafe { libc::dladdr(addr, info.as_mut_ptr()) };
     // SAFETY: on success dladdr filled `info`; dli_fname is NULL or a NUL-terminated path the loader owns.
     (found != 0)
-        .then(|| unsafe { crate::error::c_text(info.assume_init().dli_fname) })
+        .then(|| unsafe { c_text(info.assume_init().dli_fname) })
         .flatten()
 }

@@ -1,11 +1,10 @@
 //! [`GpuError`], the error of every helper: a leaf, straight from a library's status (what builds on it,
-//! such as metrale-gpu-watchdog's wait errors, wraps it); and `check_nccl`, which turns an `ncclResult_t`
-//! into a `GpuError`.
+//! such as metrale-gpu-watchdog's wait errors, wraps it). The checks that make one from a status sit
+//! above it (`check.rs`, `cuda/check.rs`).
 
-use std::ffi::CStr;
 use std::fmt;
 
-use crate::bindings::{ncclGetErrorString, ncclResult_t, CUresult, NCCL_VERSION_CODE};
+use crate::bindings::{ncclResult_t, CUresult, NCCL_VERSION_CODE};
 use crate::nccl_version::NcclVersion;
 
 /// What went wrong in a helper, with enough to act on: the call, the code, the library's own text.
@@ -21,7 +20,7 @@ pub enum GpuError {
         /// `ncclGetErrorString(code)`.
         text: String,
         /// `ncclGetLastError(NULL)`: NCCL's detailed message for the last error it recorded. `None` from
-        /// [`check_nccl`], which never reads it; filled by the `unsafe`
+        /// [`check_nccl`](crate::nccl::check_nccl), which never reads it; filled by the `unsafe`
         /// [`check_nccl_with_last_error`](crate::nccl::check_nccl_with_last_error), whose caller promises
         /// that no other thread is failing an NCCL call meanwhile (NCCL keeps one message per process and
         /// rewrites it under a lock of its own). It may still describe an earlier failure of this thread:
@@ -212,7 +211,7 @@ impl fmt::Display for GpuError {
                     "{context} failed: the loaded libnccl {library} ({library_path}) lacks {function}, which the \
                      nccl.h {headers} this crate was built with declares: {function} exists since an NCCL newer \
                      than {library} (and no newer than {headers}). Load libnccl {headers} or newer \
-                     (METRALE_NCCL_LIBRARY=<file or folder>), or call only what {library} has."
+                     (METRALE_NCCL_LIBRARY=<its absolute path or folder>), or call only what {library} has."
                 )
             }
             GpuError::VersionSkew {
@@ -227,9 +226,10 @@ impl fmt::Display for GpuError {
                 write!(
                     f,
                     ", older than the nccl.h {headers} this crate was built against; calls added after {library} \
-                     would fail. Load libnccl {headers} or newer (METRALE_NCCL_LIBRARY=<file or folder>; with feature \
-                     `link`, LD_LIBRARY_PATH), rebuild against the {library} headers (NCCL_HOME=<its root>), or \
-                     accept it with METRALE_NCCL_ALLOW_OLDER=1 (the calls it lacks then fail, naming the function)."
+                     would fail. Load libnccl {headers} or newer (METRALE_NCCL_LIBRARY=<its absolute path or \
+                     folder>, or in LD_PRELOAD where one is preloaded; with feature `link`, LD_LIBRARY_PATH), \
+                     rebuild against the {library} headers (NCCL_HOME=<its root>), or accept it with \
+                     METRALE_NCCL_ALLOW_OLDER=1 (the calls it lacks then fail, naming the function)."
                 )
             }
         }
@@ -239,48 +239,3 @@ impl fmt::Display for GpuError {
 /// Every variant comes straight from a library's status or the loader: nothing underneath (`source` is
 /// `None`).
 impl std::error::Error for GpuError {}
-
-/// `Ok(())` for `ncclSuccess`; otherwise an error naming `context`, the code and the text of
-/// `ncclGetErrorString` (a static string per code). Codes the headers do not list are errors too. It never
-/// reads NCCL's process-wide last-error message, which another thread's failing call may be writing:
-/// [`check_nccl_with_last_error`](crate::nccl::check_nccl_with_last_error) adds it where the caller can
-/// promise that no other thread is.
-#[inline]
-pub fn check_nccl(result: ncclResult_t, context: &str) -> Result<(), GpuError> {
-    if result == ncclResult_t::ncclSuccess {
-        return Ok(());
-    }
-    Err(nccl_error(result, context))
-}
-
-/// The failure path of `check_nccl`, kept out of line so the success path inlines to one compare.
-#[cold]
-#[inline(never)]
-pub(crate) fn nccl_error(result: ncclResult_t, context: &str) -> GpuError {
-    // A call that could not reach the library (no libnccl, a refused one, a missing function).
-    #[cfg(not(feature = "link"))]
-    if let Some(error) = crate::loader::missing_error(result, context) {
-        return error;
-    }
-    // SAFETY: ncclGetErrorString returns a static string for any code.
-    let text = unsafe { c_text(ncclGetErrorString(result)) };
-    GpuError::Nccl {
-        context: context.to_string(),
-        code: result,
-        text: text.unwrap_or_else(|| "no description".into()),
-        last_error: None,
-    }
-}
-
-/// Copies a C string the library owns; `None` for NULL.
-///
-/// # Safety
-/// `ptr` is NULL or points to a NUL-terminated string that lives for the duration of the call.
-pub(crate) unsafe fn c_text(ptr: *const std::os::raw::c_char) -> Option<String> {
-    if ptr.is_null() {
-        return None;
-    }
-    // SAFETY: not NULL, so a NUL-terminated string that lives for the call, as the caller promises.
-    let text = unsafe { CStr::from_ptr(ptr) };
-    Some(text.to_string_lossy().into_owned())
-}

@@ -6,11 +6,14 @@
 //! [`check_nccl_with_last_error`] adds the message where the caller promises that nothing writes it.
 
 use crate::bindings::{ncclGetLastError, ncclResult_t};
-use crate::error::{nccl_error, GpuError};
+use crate::c_text::c_text_within;
+use crate::check::nccl_error;
+use crate::error::GpuError;
 
 /// The size of NCCL's last-error buffer (`char ncclLastError[1024]` in NCCL's src/debug.cc, not in the
-/// headers), which `ncclGetLastError(NULL)` returns: the copy reads no further, NUL or not.
-pub(crate) const NCCL_LAST_ERROR_BYTES: usize = 1024;
+/// headers), which `ncclGetLastError(NULL)` returns: the copy reads up to its first NUL, and never
+/// further than this, NUL or not.
+const NCCL_LAST_ERROR_BYTES: usize = 1024;
 
 /// [`check_nccl`](crate::nccl::check_nccl), and on failure NCCL's message for its last error
 /// (`ncclGetLastError(NULL)`) in [`GpuError::Nccl`]'s `last_error` (`None` where it is empty). NCCL
@@ -33,25 +36,16 @@ pub unsafe fn check_nccl_with_last_error(
     }
     let mut error = nccl_error(result, context);
     if let GpuError::Nccl { last_error, .. } = &mut error {
-        // SAFETY: ncclGetLastError(NULL) returns NCCL's process-wide buffer, which lives as long as the
-        // library, or NULL; no other thread writes it meanwhile, as the caller promises.
-        *last_error = unsafe { last_error_text(ncclGetLastError(std::ptr::null_mut())) };
+        // SAFETY: ncclGetLastError(NULL) returns NCCL's process-wide buffer (a NUL-terminated text within
+        // its NCCL_LAST_ERROR_BYTES bytes, living as long as the library), a static string of the loader
+        // or of a library standing in for NCCL, or NULL; no other thread writes it meanwhile, as the
+        // caller promises. The copy reads no byte past the first NUL.
+        *last_error = unsafe {
+            c_text_within(
+                ncclGetLastError(std::ptr::null_mut()),
+                NCCL_LAST_ERROR_BYTES,
+            )
+        };
     }
     Err(error)
-}
-
-/// The text of NCCL's last-error buffer up to its first NUL (at most its size); `None` for NULL or an
-/// empty message.
-///
-/// # Safety
-/// `buffer` is NULL or NCCL's last-error buffer, which nothing writes during the call.
-unsafe fn last_error_text(buffer: *const std::os::raw::c_char) -> Option<String> {
-    if buffer.is_null() {
-        return None;
-    }
-    // SAFETY: the buffer holds NCCL_LAST_ERROR_BYTES bytes and nothing writes it meanwhile (the caller's
-    // promise); the slice is dropped before the call returns.
-    let bytes = unsafe { std::slice::from_raw_parts(buffer.cast::<u8>(), NCCL_LAST_ERROR_BYTES) };
-    let len = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    (len > 0).then(|| String::from_utf8_lossy(&bytes[..len]).into_owned())
 }

@@ -8,9 +8,8 @@
 //!   [`nccl_mem_alloc`], [`nccl_mem_free`]).
 //! - [`cuda`]: the driver, loaded at run time (machines without a GPU have no `libcuda.so.1`).
 //! - [`stream`]: the stream and event helpers, and the contract every handle passed to them follows.
-//! - [`loader`]: libnccl, loaded at run time by default (feature `link` links it instead): where it is
-//!   searched, and what a call that cannot reach it returns (see the README's "How the library is found
-//!   at run time").
+//! - [`loader`]: libnccl, loaded at run time by default (feature `link` links it instead): the process's
+//!   one libnccl, where it is searched, and what a call that cannot reach it returns (docs/loading.md).
 //! - [`version`]: the headers' NCCL version against the loaded library's, the library's file and search.
 //! - `device` (NCCL 2.28+ headers): NCCL's device API, for kernels that communicate by themselves
 //!   (`docs/device-api.md`).
@@ -159,6 +158,9 @@ pub mod bindings {
     include!(concat!(env!("OUT_DIR"), "/nccl_loaded.rs"));
 }
 
+mod build_info;
+mod c_text;
+mod check;
 pub mod cuda;
 #[cfg(nccl_device_api)]
 pub mod device;
@@ -183,8 +185,9 @@ pub mod nccl {
     //! device. The helpers check the status code and turn it into a [`GpuError`].
 
     pub use crate::bindings::*;
+    pub use crate::check::check_nccl;
     pub use crate::cuda::check_cuda;
-    pub use crate::error::{check_nccl, GpuError};
+    pub use crate::error::GpuError;
     pub use crate::initializers::NCCL_CONFIG_UNDEF_INT;
     pub use crate::last_error::check_nccl_with_last_error;
     pub use crate::memory::{nccl_mem_alloc, nccl_mem_free};
@@ -222,3 +225,8 @@ pub use nccl::*;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The Rust blocks of the docs pages, compiled as the README's are.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/versions.md")]
+struct VersionsDoctests;

@@ -3,8 +3,9 @@
 use std::os::raw::c_void;
 
 use crate::bindings::{ncclMemAlloc, ncclMemFree};
+use crate::check::check_nccl;
 use crate::cuda::use_device;
-use crate::error::{check_nccl, GpuError};
+use crate::error::GpuError;
 
 /// `ncclMemAlloc`: `size` bytes of device memory on `device` (its primary context is made current on
 /// this thread first). nccl.h notes that the allocation may be larger than requested (granularity).

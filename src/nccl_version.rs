@@ -1,6 +1,5 @@
-//! `NcclVersion`: a leaf type with no imports, so that the build script (which reads the headers' version
-//! before bindgen runs) and the crate (which compares it with the loaded library's) share one definition.
-//! The build script includes this file by path; nothing here may name the crate.
+//! `NcclVersion`: an NCCL version in release order, and its `NCCL_VERSION_CODE` encoding both ways. The
+//! crate compares the headers' version with the loaded library's with it.
 
 use std::fmt;
 

@@ -1,7 +1,8 @@
 //! `ncclUniqueId`: the id rank 0 creates and hands to the other ranks, and its bytes for sending.
 
 use crate::bindings::{ncclGetUniqueId, ncclUniqueId};
-use crate::error::{check_nccl, GpuError};
+use crate::check::check_nccl;
+use crate::error::GpuError;
 
 impl ncclUniqueId {
     /// Its size, `NCCL_UNIQUE_ID_BYTES`.

@@ -6,7 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use metrale_gpu_sys::version::build_info;
+use metrale_gpu_sys::version::build_info::PINNED_NCCL;
+use metrale_gpu_sys::version::NcclVersion;
+use metrale_gpu_sys_build::find::{self, Host, PkgConfig, Places};
 use metrale_gpu_testkit::deps::nccl_in;
 use metrale_gpu_testkit::skip::skip;
 
@@ -14,6 +16,54 @@ const REPO: &str = env!("CARGO_MANIFEST_DIR");
 
 fn deps() -> PathBuf {
     Path::new(REPO).join(".deps")
+}
+
+/// An environment with no variable set and no pkg-config package: where the build finds what ci/setup
+/// installed.
+struct Bare;
+
+impl Host for Bare {
+    fn var(&self, _: &str) -> Option<PathBuf> {
+        None
+    }
+    fn pkg_config(&self, name: &str) -> Result<PkgConfig, String> {
+        Err(format!("no {name} here"))
+    }
+    fn pkg_config_cuda_names(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// What ci/setup installed for this build machine, as the build's discovery finds it: the pinned NCCL's
+/// root, the CUDA headers' folder (holding include/cuda.h) and their `cuda-<version>` name.
+fn setup() -> (PathBuf, PathBuf, String) {
+    let host = std::env::consts::ARCH.to_string() + "-unknown-linux-gnu";
+    let places = Places::new(Some(&deps()), PINNED_NCCL, &host, &host);
+    let found = find::find(&Bare, &places).unwrap_or_else(|e| panic!("run ci/setup first:\n{e}"));
+    let headers = found.cuda_include[0].parent().expect("the headers' root");
+    let cuda = places.setup_cuda.as_deref().expect("ci/setup's CUDA root");
+    let name = cuda
+        .parent()
+        .and_then(Path::file_name)
+        .and_then(|n| n.to_str())
+        .expect("cuda-<version>");
+    (
+        found
+            .nccl_lib_dir
+            .parent()
+            .expect("the NCCL root")
+            .to_path_buf(),
+        headers.to_path_buf(),
+        name.to_string(),
+    )
+}
+
+/// An NCCL under .deps/ other than the pinned one, older where there is one, and its library folder.
+fn other_nccl() -> Option<(NcclVersion, PathBuf)> {
+    nccl_in(&deps())
+        .into_iter()
+        .rev()
+        .find(|(v, _)| v.to_string() != PINNED_NCCL)
 }
 
 /// Where this test binary's scratch crates and their builds go: inside its own target directory, so that
@@ -38,6 +88,7 @@ fn copy_crate(to: &Path) {
         "src",
         "shim",
         "examples",
+        "crates/build-support",
     ] {
         copy(&Path::new(REPO).join(entry), &to.join(entry));
     }
@@ -147,13 +198,7 @@ fn each_way_of_finding_the_headers_builds_and_runs() {
     let dir = scratch("discovery-build");
     let krate = dir.join("crate");
     copy_crate(&krate);
-    let nccl = deps().join("nccl-2.29.7/nvidia/nccl");
-    let cuda = deps().join("cuda-13.0/nvidia/cu13");
-    assert!(
-        nccl.join("include/nccl.h").exists(),
-        "run ci/setup first: {} is missing",
-        nccl.display()
-    );
+    let (nccl, cuda, cuda_name) = setup();
 
     // Nothing to find: one message, no panic, no clang errors. The copy is a published crate's: no ci/setup
     // to run, so the message offers NVIDIA's wheels and the variables.
@@ -165,7 +210,7 @@ fn each_way_of_finding_the_headers_builds_and_runs() {
         "{stderr}"
     );
     assert!(
-        stderr.contains("pip install nvidia-nccl-cu13==2.29.7")
+        stderr.contains(&format!("pip install nvidia-nccl-cu13=={PINNED_NCCL}"))
             && stderr.contains("NCCL_HOME=")
             && !stderr.contains("ci/setup"),
         "{stderr}"
@@ -207,21 +252,22 @@ fn each_way_of_finding_the_headers_builds_and_runs() {
     let pc = dir.join("pkgconfig");
     std::fs::create_dir_all(&pc).expect("mkdir");
     let nccl_pc = format!(
-        "includedir={}\nlibdir={}\n\nName: nccl\nDescription: NVIDIA NCCL\nVersion: 2.29.7\nCflags: -I${{includedir}}\nLibs: -L${{libdir}} -lnccl\n",
+        "includedir={}\nlibdir={}\n\nName: nccl\nDescription: NVIDIA NCCL\nVersion: {PINNED_NCCL}\nCflags: -I${{includedir}}\nLibs: -L${{libdir}} -lnccl\n",
         nccl.join("include").display(),
         nccl.join("lib").display()
     );
     std::fs::write(pc.join("nccl.pc"), nccl_pc).expect("nccl.pc");
     let cuda_pc = format!(
-        "cudaroot={}\n\nName: cuda\nDescription: CUDA headers\nVersion: 13.0\nCflags: -I${{cudaroot}}/include\nLibs:\n",
-        cuda.display()
+        "cudaroot={}\n\nName: cuda\nDescription: CUDA headers\nVersion: {}\nCflags: -I${{cudaroot}}/include\nLibs:\n",
+        cuda.display(),
+        cuda_name.trim_start_matches("cuda-")
     );
-    std::fs::write(pc.join("cuda-13.0.pc"), cuda_pc).expect("cuda-13.0.pc");
+    std::fs::write(pc.join(format!("{cuda_name}.pc")), cuda_pc).expect("cuda .pc");
     ok(
         &build(&krate, &[("PKG_CONFIG_PATH", pc)], false),
         "pkg-config",
     );
-    run_example(&["pkg-config nccl", "pkg-config cuda-13.0"]);
+    run_example(&["pkg-config nccl", &format!("pkg-config {cuda_name}")]);
 }
 
 #[test]
@@ -260,8 +306,7 @@ fn docs_rs_mode_documents_every_item_without_any_header() {
 fn bundled_bindings_need_no_libclang_but_the_same_nccl() {
     let krate = scratch("bundled/crate");
     copy_crate(&krate);
-    let nccl = deps().join("nccl-2.29.7/nvidia/nccl");
-    let cuda = deps().join("cuda-13.0/nvidia/cu13");
+    let (nccl, cuda, _) = setup();
     // A libclang that cannot load: bindgen must not run at all.
     let vars = [
         ("NCCL_HOME", nccl),
@@ -278,15 +323,24 @@ fn bundled_bindings_need_no_libclang_but_the_same_nccl() {
     ];
     ok(&cargo(&krate, &args, &vars), "bundled-bindings");
 
-    let older = deps().join("nccl-2.28.9/nvidia/nccl");
-    let vars = [("NCCL_HOME", older), ("CUDA_HOME", cuda)];
+    let Some((other, other_lib)) = other_nccl() else {
+        return skip(format_args!(
+            "no NCCL but the pinned {PINNED_NCCL} under .deps/ (`ci/setup 2.28.9`): no other headers to refuse"
+        ));
+    };
+    let other_root = other_lib.parent().expect("the library folder's root");
+    let vars = [("NCCL_HOME", other_root.to_path_buf()), ("CUDA_HOME", cuda)];
     let out = cargo(&krate, &args, &vars);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success(),
-        "the 2.29.7 snapshot must not build against 2.28.9 headers"
+        "the {PINNED_NCCL} snapshot must not build against {other} headers"
     );
-    assert!(stderr.contains("the bundled bindings (feature `bundled-bindings`) are NCCL 2.29.7's, but the headers found are 2.28.9"), "{stderr}");
+    let refusal = format!(
+        "the bundled bindings (feature `bundled-bindings`) are NCCL {PINNED_NCCL}'s, but the headers found \
+         are {other}"
+    );
+    assert!(stderr.contains(&refusal), "{stderr}");
 }
 
 /// A copy of the crate in scratch `name`, and the variables that build it against the pinned nccl.h as
@@ -298,7 +352,7 @@ fn crate_with_patched_header(
     let dir = scratch(name);
     let krate = dir.join("crate");
     copy_crate(&krate);
-    let nccl = deps().join("nccl-2.29.7/nvidia/nccl");
+    let (nccl, cuda, _) = setup();
     let include = dir.join("include");
     std::fs::create_dir_all(&include).expect("mkdir");
     let header = std::fs::read_to_string(nccl.join("include/nccl.h")).expect("nccl.h");
@@ -308,7 +362,7 @@ fn crate_with_patched_header(
     let vars = [
         ("NCCL_INCLUDE_DIR", include),
         ("NCCL_LIB_DIR", nccl.join("lib")),
-        ("CUDA_HOME", deps().join("cuda-13.0/nvidia/cu13")),
+        ("CUDA_HOME", cuda),
     ];
     (krate, vars)
 }
@@ -499,7 +553,15 @@ fn a_dependent_with_bundled_bindings_alone_compiles_no_bindgen() {
         names.dedup();
         names
     };
-    let bindgen_and_its = ["bindgen", "clang-sys", "regex", "syn", "prettyplease"];
+    let bindgen_and_its = [
+        "bindgen",
+        "clang-sys",
+        "regex",
+        "syn",
+        "prettyplease",
+        "quote",
+        "proc-macro2",
+    ];
     let bundled = crates(&tree(
         ", default-features = false, features = [\"bundled-bindings\"]",
     ));
@@ -598,10 +660,7 @@ fn dependents(name: &str) -> PathBuf {
 
 /// `cargo build -p <package>` of the dependents against the NCCL at `nccl` (a root) and the CUDA headers.
 fn build_dependent(dir: &Path, package: &str, nccl: &Path) {
-    let vars = [
-        ("NCCL_HOME", nccl.to_path_buf()),
-        ("CUDA_HOME", deps().join("cuda-13.0/nvidia/cu13")),
-    ];
+    let vars = [("NCCL_HOME", nccl.to_path_buf()), ("CUDA_HOME", setup().1)];
     let out = cargo_command(dir, &["build", "-p", package], &vars)
         .output()
         .expect("run cargo");
@@ -637,7 +696,7 @@ fn text(out: &Output) -> String {
 
 /// The pinned NCCL's root under .deps/, and its library folder.
 fn pinned_nccl() -> (PathBuf, PathBuf) {
-    let root = deps().join(format!("nccl-{}/nvidia/nccl", build_info::PINNED_NCCL));
+    let (root, _, _) = setup();
     let lib = root.join("lib");
     (root, lib)
 }
@@ -693,11 +752,12 @@ fn a_default_dependent_starts_anywhere_and_finds_the_library_at_run_time() {
     );
     for expected in [
         "ncclCommGrow: ncclCommGrow needs libnccl, which is unavailable: no libnccl.so.2 could be loaded",
-        "1. METRALE_NCCL_LIBRARY: not set",
-        &format!("2. the folder found at build time ({}): no libnccl.so.2 there any more", nccl.join("lib").display()),
+        "1. the process's global scope (LD_PRELOAD, or a library linked into the program): no libnccl",
+        "2. METRALE_NCCL_LIBRARY: not set",
         "3. the system's dynamic loader (LD_LIBRARY_PATH, the executable's RUNPATH, the ld cache): ",
         "4. VIRTUAL_ENV: not set",
         "5. CONDA_PREFIX: not set",
+        &format!("6. the folder found at build time ({}): no libnccl.so.2 there any more", nccl.join("lib").display()),
         "no libnccl: library_version needs libnccl",
     ] {
         assert!(all.contains(expected), "expected {expected:?} in:\n{all}");
@@ -707,16 +767,13 @@ fn a_default_dependent_starts_anywhere_and_finds_the_library_at_run_time() {
     let out = run_dependent("plain", &[("METRALE_NCCL_LIBRARY", &pinned_lib)]);
     let all = text(&out);
     assert!(out.status.success(), "{all}");
-    assert!(
-        all.contains(&format!("libnccl {}", build_info::PINNED_NCCL)),
-        "{all}"
-    );
+    assert!(all.contains(&format!("libnccl {}", PINNED_NCCL)), "{all}");
     assert!(!all.contains("lacks"), "{all}");
 
     let older = nccl_in(&deps())
         .into_iter()
         .rev()
-        .find(|(v, _)| v.to_string() != build_info::PINNED_NCCL && (v.major, v.minor) < (2, 29));
+        .find(|(v, _)| v.to_string() != PINNED_NCCL && (v.major, v.minor) < (2, 29));
     let Some((older, older_lib)) = older else {
         return skip(format_args!(
             "no libnccl before 2.29 under .deps/ (`ci/setup 2.28.9`): the missing-function case is not shown"
@@ -736,7 +793,7 @@ fn a_default_dependent_starts_anywhere_and_finds_the_library_at_run_time() {
         &format!("ncclCommGrow: ncclCommGrow failed: the loaded libnccl {older} ("),
         &format!(
             ") lacks ncclCommGrow, which the nccl.h {} this crate was built with declares",
-            build_info::PINNED_NCCL
+            PINNED_NCCL
         ),
         &format!("libnccl {older}"),
     ] {
@@ -797,8 +854,7 @@ fn a_linked_dependents_binary_runs_without_ld_library_path_by_the_readmes_recipe
     let recipe = run_dependent("recipe", &[]);
     assert!(recipe.status.success(), "{}", text(&recipe));
     assert!(
-        String::from_utf8_lossy(&recipe.stdout)
-            .ends_with(&format!("libnccl {}\n", build_info::PINNED_NCCL)),
+        String::from_utf8_lossy(&recipe.stdout).ends_with(&format!("libnccl {}\n", PINNED_NCCL)),
         "{}",
         text(&recipe)
     );
@@ -809,14 +865,10 @@ fn a_linked_dependents_binary_runs_without_ld_library_path_by_the_readmes_recipe
 /// snapshot, the build would stop on the version).
 #[test]
 fn bundled_bindings_beside_bindgen_builds_with_bindgens_output() {
-    let other = nccl_in(&deps())
-        .into_iter()
-        .rev()
-        .find(|(v, _)| v.to_string() != build_info::PINNED_NCCL);
-    let Some((other, other_lib)) = other else {
+    let Some((other, other_lib)) = other_nccl() else {
         return skip(format_args!(
             "no NCCL but the pinned {} under .deps/ (`ci/setup 2.28.9`): both features would build the same",
-            build_info::PINNED_NCCL
+            PINNED_NCCL
         ));
     };
     let dir = dependents("dependent-both");

@@ -5,13 +5,32 @@ use metrale_gpu_sys::nccl::*;
 use metrale_gpu_sys::version::{self, NcclVersion};
 
 #[test]
-fn library_version_is_the_headers_version() {
-    // The build links the library found beside the headers; ci/setup installs the same version of both.
+fn library_version_is_the_headers_version_unless_another_is_named() {
+    // The build finds the library beside the headers; ci/setup installs the same version of both. A run
+    // that names a newer library (METRALE_NCCL_LIBRARY: a user who upgraded libnccl before the crate)
+    // loads that one.
     let library = version::library_version().expect("ncclGetVersion");
-    assert_eq!(library, NcclVersion::HEADERS);
     assert_eq!(version::check_library_version(), Ok(library));
     let path = version::library_path().expect("dladdr finds libnccl");
     assert!(path.contains("libnccl.so"), "{path}");
+    match std::env::var_os("METRALE_NCCL_LIBRARY") {
+        None => assert_eq!(library, NcclVersion::HEADERS),
+        Some(named) => {
+            assert!(library >= NcclVersion::HEADERS, "{library}");
+            let named = std::path::PathBuf::from(named);
+            let canonical = |p: &std::path::Path| p.canonicalize().unwrap_or_else(|_| p.into());
+            let file = if named.is_dir() {
+                named.join("libnccl.so.2")
+            } else {
+                named
+            };
+            assert_eq!(
+                canonical(path.as_ref()),
+                canonical(&file),
+                "the named library is the one"
+            );
+        }
+    }
 }
 
 #[test]
@@ -135,7 +154,7 @@ fn the_loaders_missing_function_status_names_the_function_and_the_library() {
         panic!("not a missing function: {err}")
     };
     assert!(function.starts_with("nccl"), "{err}");
-    assert_eq!(*library, NcclVersion::HEADERS);
+    assert_eq!(Ok(*library), version::library_version());
     assert_eq!(*library_path, path);
     let msg = err.to_string();
     assert!(

@@ -3,8 +3,9 @@
 //! checks the sum.
 //!
 //! Rank, world size and GPU come from flags or from the launcher's variables: torchrun, Slurm's `srun`,
-//! Open MPI's `mpirun` or a PMI launcher (see the testkit's `launcher.rs` for the order and the conflict rule); rank 0's
-//! address from `--master` or `MASTER_ADDR`/`MASTER_PORT`.
+//! Open MPI's `mpirun` or a PMI launcher (metrale-gpu-launch's `placement` says the order and the conflict
+//! rule); rank 0's address from `--master` or `MASTER_ADDR`/`MASTER_PORT`. The id crosses rank 0's
+//! rendezvous (metrale-gpu-launch's `rendezvous`), which admits the ranks of this job only.
 //!
 //! ```sh
 //! # one host, two GPUs
@@ -22,10 +23,6 @@
 //! mpirun -np 8 -H 10.0.0.1:4,10.0.0.2:4 -x MASTER_ADDR=10.0.0.1 -x MASTER_PORT=29500 multi_process
 //! ```
 
-#[path = "../gate/mod.rs"]
-mod gate;
-mod rendezvous;
-
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -33,7 +30,8 @@ use metrale_gpu_sys::cuda::{self, CUdeviceptr};
 use metrale_gpu_sys::nccl::*;
 use metrale_gpu_watchdog as watchdog;
 
-use metrale_gpu_testkit::launcher::{self, Placement};
+use metrale_gpu_launch::placement::{self, Placement};
+use metrale_gpu_launch::rendezvous;
 
 /// How long rank 0 waits for the others, and every rank for the collective.
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -41,12 +39,12 @@ const COUNT: usize = 1 << 24;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let me = match launcher::placement(&args, &|name| std::env::var(name).ok()) {
+    let me = match placement::placement(&args, &|name| std::env::var(name).ok()) {
         Ok(me) => me,
         Err(e) => {
             eprintln!(
                 "multi_process: {e}\nusage: multi_process {}",
-                launcher::USAGE
+                placement::USAGE
             );
             return ExitCode::from(2);
         }

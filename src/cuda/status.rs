@@ -3,7 +3,8 @@
 
 use super::table::{DriverApi, CURESULT_NAMES};
 use crate::bindings::CUresult;
-use crate::error::{c_text, GpuError};
+use crate::c_text::c_text;
+use crate::error::GpuError;
 
 /// `Ok(())` for `CUDA_SUCCESS`; otherwise [`GpuError::Cuda`] with `context`, the code, and the driver's
 /// name and description of it (or placeholders for a code the driver does not know).

@@ -3,7 +3,8 @@
 use crate::bindings::{
     ncclComm_t, ncclDevCommCreate, ncclDevCommDestroy, ncclDevCommRequirements_t, ncclDevComm_t,
 };
-use crate::error::{check_nccl, GpuError};
+use crate::check::check_nccl;
+use crate::error::GpuError;
 
 /// `ncclDevCommRequirements_t` as the headers start one: `NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER` where
 /// they define it (2.29+: its size, magic and version are what NCCL checks); before, all zero, as NCCL

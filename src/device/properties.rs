@@ -5,7 +5,7 @@ use crate::bindings::ncclComm_t;
 #[cfg(nccl_macro = "NCCL_COMM_PROPERTIES_INITIALIZER")]
 use crate::bindings::{ncclCommProperties_t, ncclCommQueryProperties};
 #[cfg(nccl_macro = "NCCL_COMM_PROPERTIES_INITIALIZER")]
-use crate::error::check_nccl;
+use crate::check::check_nccl;
 use crate::error::GpuError;
 
 /// `ncclCommQueryProperties` of `comm` (NCCL 2.29+), into a value that starts as

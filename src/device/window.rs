@@ -4,7 +4,8 @@
 use std::ffi::{c_int, c_void};
 
 use crate::bindings::{ncclCommWindowDeregister, ncclCommWindowRegister, ncclComm_t, ncclWindow_t};
-use crate::error::{check_nccl, GpuError};
+use crate::check::check_nccl;
+use crate::error::GpuError;
 
 /// A registered window: the `ncclWindow_t` a kernel takes by value ([`Window::handle`]), deregistered
 /// (`ncclCommWindowDeregister`) by [`Window::deregister`], or when dropped on any other path.

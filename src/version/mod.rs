@@ -2,7 +2,10 @@
 //! ([`check_library_version`]), the loaded file ([`library_path`]) and how it was found
 //! ([`library_search`]), and where the build found the headers ([`build_info`]).
 
-pub mod build_info;
+pub mod build_info {
+    //! Where the build script found the headers and the library these bindings come from.
+    pub use crate::build_info::*;
+}
 mod path;
 mod skew;
 

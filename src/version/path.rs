@@ -17,7 +17,7 @@ pub fn library_path() -> Option<String> {
 }
 
 /// How libnccl was found: each place searched in order and what it gave, one per line (loading the
-/// library first), as the README's "How the library is found at run time" describes them.
+/// library first), as docs/loading.md describes them.
 #[cfg(not(feature = "link"))]
 pub fn library_search() -> String {
     crate::loader::search_report()

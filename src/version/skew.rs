@@ -1,21 +1,8 @@
 //! The headers' NCCL version against the loaded library's: a library older than the headers is an error
 //! (it lacks what the bindings declare); a newer one is fine (NCCL keeps its ABI within 2.x).
 
-use crate::bindings::{NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, NCCL_VERSION_CODE};
 use crate::error::GpuError;
 use crate::nccl_version::NcclVersion;
-
-impl NcclVersion {
-    /// The version of the nccl.h these bindings were generated from.
-    pub const HEADERS: NcclVersion = NcclVersion {
-        major: NCCL_MAJOR,
-        minor: NCCL_MINOR,
-        patch: NCCL_PATCH,
-    };
-}
-
-// The header's code and its parts must agree, or `code` and `from_code` are wrong.
-const _: () = assert!(NcclVersion::HEADERS.code() == NCCL_VERSION_CODE);
 
 /// The version of the libnccl this process uses (`ncclGetVersion`), loading it first where the crate
 /// loads it at run time; also the version of an older library the loader refused.
@@ -30,7 +17,7 @@ pub fn library_version() -> Result<NcclVersion, GpuError> {
     let mut code = 0;
     // SAFETY: ncclGetVersion writes one int through a valid pointer.
     let status = unsafe { crate::bindings::ncclGetVersion(&mut code) };
-    crate::error::check_nccl(status, "ncclGetVersion")?;
+    crate::check::check_nccl(status, "ncclGetVersion")?;
     Ok(NcclVersion::from_code(code as u32))
 }
 

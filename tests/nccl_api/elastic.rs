@@ -1,4 +1,4 @@
-//! The elastic example (`examples/elastic/`) against NCCL itself: ranks all-reduce in a loop; some are
+//! The elastic example (`examples/elastic.rs`, on metrale-gpu-elastic) against NCCL itself: ranks all-reduce in a loop; some are
 //! SIGKILLed; the survivors recover (revoke, agree, shrink or re-init) and replacements started with
 //! `--join` grow the communicator back to full size, every all-reduce checked against the host's sum
 //! (by the example: before, after the recovery and after the grow). Ranks are placed by the testkit's
@@ -21,11 +21,15 @@
 //! - `late`: 8 ranks, 2 killed; the replacements start 3 s after rank 0 says it trains below full size,
 //!   and grow the world that kept training;
 //! - `never`: 8 ranks, 2 killed, no replacement: the survivors train on at 6 to the last round;
+//! - `frozen`: 8 ranks, one stopped with SIGSTOP at a random moment of the steady loop (its process
+//!   alive, its connection open and silent): rank 0 hears no heartbeat and treats it as dead, the
+//!   survivors train on at 7 and a replacement grows the world back to 8; the plan without it must come
+//!   within D + 2 s of the stop (the library's `Bounds::frozen`);
 //! - `coordinator`: 4 ranks, rank 0 killed in the steady loop: every other rank must end with the
 //!   example's clear error (rank 0 is gone) within twice the deadline;
 //! - `strays`: 4x1 with a job token (`METRALE_JOB_TOKEN`) and a stream of stray connections to rank 0's
 //!   port from its first line to the end (every 250 ms: garbage, an HTTP request, a connect-and-close,
-//!   silence, an 8 MiB line, hellos and JOINs with the wrong token or none; `examples/gate/strays.rs`),
+//!   silence, an 8 MiB line, hellos and JOINs with a forged proof or an old token in clear; the testkit's `strays`),
 //!   through the steady loop, the recovery and the grow: the run ends as 4x1 does, rank 0 says it
 //!   refused them, and no stray is answered a byte.
 //!
@@ -51,16 +55,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use metrale_gpu_testkit::child::{self, Child};
 use metrale_gpu_testkit::gpu::{gpus, measured};
-use metrale_gpu_testkit::hex;
 use metrale_gpu_testkit::placement::{Mode, Plan};
 use metrale_gpu_testkit::skip::skip;
 use metrale_gpu_testkit::stacks;
 
-/// The stray connections the examples' own CPU tests send.
-#[path = "../../examples/elastic/lines.rs"]
-mod lines;
-#[path = "../../examples/gate/strays.rs"]
-mod strays;
+/// The reader of the example's lines, and the stray connections the libraries' own CPU tests send.
+use metrale_gpu_elastic::lines;
+use metrale_gpu_launch::auth;
+use metrale_gpu_testkit::strays;
 
 /// The example's `--deadline`: how long a collective may hang before the survivors give up on it.
 const DEADLINE_VAR: &str = "METRALE_ELASTIC_DEADLINE";
@@ -82,7 +84,7 @@ const LATE: Duration = Duration::from_secs(3);
 /// The fewest rounds a `late` job trains, whatever [`ITERS_VAR`] says: room for a second grow when its
 /// two replacements come one at a time. The example checks a grown world for 20 rounds before it offers
 /// the next grow; on one GPU shared by about 32 rank processes a first late grow came at round 131, and
-/// at 150 rounds the second replacement found the job over (session 9).
+/// at 150 rounds the second replacement found the job over.
 const LATE_ITERS: usize = 300;
 
 /// A phase of a recovery in which a later death lands: when rank 0 enters it.
@@ -157,6 +159,8 @@ enum Scenario {
     Late,
     /// 2 of 8 killed; no replacement.
     Never,
+    /// 1 of 8 stopped (SIGSTOP), not killed.
+    Frozen,
     Coordinator,
     /// 4x1 among stray connections, with a job token.
     Strays,
@@ -173,6 +177,7 @@ fn all() -> Vec<Scenario> {
     let rest = [
         Scenario::Late,
         Scenario::Never,
+        Scenario::Frozen,
         Scenario::Coordinator,
         Scenario::Strays,
     ];
@@ -198,6 +203,7 @@ impl Scenario {
             Scenario::Random { ranks, deaths } => format!("{ranks}r{deaths}"),
             Scenario::Late => "late".into(),
             Scenario::Never => "never".into(),
+            Scenario::Frozen => "frozen".into(),
             Scenario::Coordinator => "coordinator".into(),
             Scenario::Strays => "strays".into(),
         }
@@ -208,7 +214,7 @@ impl Scenario {
             Scenario::Deaths { ranks, .. }
             | Scenario::Second { ranks, .. }
             | Scenario::Random { ranks, .. } => ranks,
-            Scenario::Late | Scenario::Never => 8,
+            Scenario::Late | Scenario::Never | Scenario::Frozen => 8,
             Scenario::Coordinator | Scenario::Strays => 4,
         }
     }
@@ -230,7 +236,7 @@ impl Scenario {
                 (deaths / 2, later)
             }
             Scenario::Late | Scenario::Never => (2, Vec::new()),
-            Scenario::Coordinator | Scenario::Strays => (1, Vec::new()),
+            Scenario::Coordinator | Scenario::Strays | Scenario::Frozen => (1, Vec::new()),
         }
     }
 
@@ -415,6 +421,21 @@ impl Run<'_> {
         Ok(())
     }
 
+    /// SIGSTOPs process `index` (it stays, stopped, until the run ends: dropped, it is killed); the
+    /// moment, in µs since the epoch.
+    fn freeze(&mut self, index: usize) -> u128 {
+        let at = unix_us();
+        let pid = self.procs[index].pid().to_string();
+        let stopped = Command::new("kill").args(["-STOP", &pid]).status();
+        assert!(
+            stopped.as_ref().is_ok_and(|s| s.success()),
+            "kill -STOP {pid}: {stopped:?}"
+        );
+        self.killed[index] = true;
+        println!("{}: stopped {}", self.name, self.procs[index].name);
+        at
+    }
+
     /// SIGKILLs process `index`; the moment, in µs since the epoch.
     fn kill(&mut self, index: usize) -> u128 {
         let at = unix_us();
@@ -551,7 +572,10 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
     let (first, mut later) = scenario.deaths();
     let killed_at = pick((1..ranks).collect(), first)
         .into_iter()
-        .map(|i| r.kill(i))
+        .map(|i| match scenario {
+            Scenario::Frozen => r.freeze(i),
+            _ => r.kill(i),
+        })
         .min()
         .unwrap_or(0);
     // Rank 0's lines steer the rest: replacements when it trains below full size, the later kills.
@@ -665,10 +689,19 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
         return Err("rank 0 did not train on before the late replacements came".into());
     }
     let killed = r.killed.iter().filter(|&&k| k).count();
-    measure(&rank0, killed_at, size).map(|t| Some(Times { killed, ..t }))
+    let times = measure(&rank0, killed_at, size)?;
+    // The plan without the frozen rank: rank 0 gave up (detect), revoked, agreed.
+    let excluded_ms = times.detect_ms + times.revoke_ms + times.agree_ms;
+    let bound_ms = (r.deadline + Duration::from_secs(2)).as_secs_f64() * 1e3;
+    if scenario == Scenario::Frozen && excluded_ms > bound_ms {
+        return Err(format!(
+            "the frozen rank was left out {excluded_ms:.1} ms after its stop, over D + 2 s ({bound_ms:.0} ms)"
+        ));
+    }
+    Ok(Some(Times { killed, ..times }))
 }
 
-/// The example's job token variable (`examples/gate/token.rs`).
+/// The job token's variable (metrale-gpu-launch's `token`).
 const TOKEN_VAR: &str = "METRALE_JOB_TOKEN";
 /// How often the stream sends a round of strays.
 const STRAY_ROUND: Duration = Duration::from_millis(250);
@@ -718,15 +751,14 @@ impl StrayStream {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = Arc::clone(&stop);
         let thread = std::thread::spawn(move || {
-            let other = hex::encode(b"another-job");
             let hellos = [
-                ("a wrong-token hello", format!("HELLO 1 token={other}\n")),
-                ("a wrong-token JOIN", format!("JOIN token={other}\n")),
+                ("a forged hello", auth::forged("HELLO 1")),
+                ("a forged JOIN", auth::forged("JOIN")),
                 (
-                    "a forged hello without a token",
-                    "HELLO 1 token=\n".to_string(),
+                    "an old hello with a token in clear",
+                    "HELLO 1 token=6a6f622d61\n".to_string(),
                 ),
-                ("a JOIN without a token", "JOIN token=\n".to_string()),
+                ("an old JOIN without a token", "JOIN token=\n".to_string()),
             ];
             let (mut tally, mut running) = (Tally::default(), Vec::new());
             while !stopped.load(Ordering::Acquire) {
@@ -941,6 +973,7 @@ scenarios! {
     sixteen_ranks_four_deaths_at_random: Scenario::Random { ranks: 16, deaths: 4 };
     replacements_arriving_late: Scenario::Late;
     replacements_never_arriving: Scenario::Never;
+    eight_ranks_one_frozen: Scenario::Frozen;
     coordinator_killed: Scenario::Coordinator;
     four_ranks_one_killed_among_strays: Scenario::Strays;
 }
@@ -971,8 +1004,8 @@ fn a_given_up_grow_then_an_init_at_full_size_is_a_recovery() {
 }
 
 /// A replacement is a member of the generations it printed `phase=made` for, and of no other. One whose
-/// grow was lost said so (`phase=detect`) and awaits a world still: counted as joined (16r4 run 3 of
-/// session 9), a scenario of four deaths was asked for a fifth replacement.
+/// grow was lost said so (`phase=detect`) and awaits a world still: counted as joined (in a 16r4 run),
+/// a scenario of four deaths was asked for a fifth replacement.
 #[test]
 fn a_replacement_whose_grow_was_lost_is_still_pending() {
     let lost = "[stderr] replacement: no job token\n\

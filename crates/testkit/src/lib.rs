@@ -10,7 +10,7 @@
 //!   the ranks exchange unique ids through files; every wait bounded.
 //! - [`child`]: the test binary run again as a child process (a rank, a peer to kill, a crash to contain).
 //! - [`standin`]: a stand-in C library built for the target, and a test run again in a child that loads it.
-//! - [`hex`]: bytes as hex and back (unique ids in variables and text protocols).
+//! - [`hex`]: bytes as hex and back (unique ids in variables and text protocols): metrale-gpu-launch's.
 //! - [`codec`]: fp16, bf16, fp8 e4m3 and e5m2 to and from `f64`, rounded as CUDA rounds.
 //! - [`op`]: NCCL's built-in reduction operations and their host-side reference.
 //! - [`placement`]: where each rank of a multi-process test runs: R ranks over G GPUs, simulated hosts
@@ -18,8 +18,8 @@
 //! - [`deps`]: the libnccl builds `ci/setup` installed for this binary's architecture.
 //! - [`stacks`]: every thread's stack of a stuck process, from gdb or cuda-gdb where one is on `PATH`.
 //! - [`skip`]: the one line a test prints when it cannot hold where it runs, visible and counted.
-//! - [`launcher`]: the multi-process examples' placement (flags, torchrun, Slurm, Open MPI, PMI) and
-//!   their connection to rank 0.
+//! - [`strays`]: what port scanners, floods and other jobs' ranks send to a rendezvous, and what each saw.
+//! - [`peak`]: the process's peak resident memory, for the tests that show a flood costs none.
 
 pub mod child;
 pub mod codec;
@@ -27,12 +27,14 @@ pub mod deps;
 pub mod devbuf;
 pub mod device_memory;
 pub mod gpu;
-pub mod hex;
-pub mod launcher;
 pub mod op;
+pub mod peak;
 pub mod placement;
 pub mod ranks;
 pub mod skip;
 pub mod stacks;
 pub mod standin;
+pub mod strays;
 pub mod world;
+
+pub use metrale_gpu_launch::hex;

@@ -53,7 +53,7 @@ pub const RENDEZVOUS: &str = "METRALE_TEST_RENDEZVOUS";
 pub const TEST: &str = "METRALE_TEST_NAME";
 /// Seconds the ranks of one test get together, overriding [`DEFAULT_LIMIT`].
 pub const LIMIT_VAR: &str = "METRALE_TEST_LIMIT_S";
-/// With [`stacks::LIMIT`], below the GPU runner's per-test kill (`ci/gpu-nextest.toml`: 300 s), so
+/// With [`stacks::LIMIT`], below the GPU runner's per-test kill (`gpu-nextest.toml`: 300 s), so
 /// that the parent reports the rank that hung and where.
 pub const DEFAULT_LIMIT: Duration = Duration::from_secs(200);
 /// How long the other ranks may run on once one has failed.
@@ -621,16 +621,16 @@ mod tests {
         }
     }
 
-    /// The GPU runner's nextest kill (period x terminate-after of ci/gpu-nextest.toml's first
+    /// The GPU runner's nextest kill (period x terminate-after of gpu-nextest.toml's first
     /// slow-timeout, the one of every test but the peer-kill test) comes after this harness's limit and
     /// the stacks, with time to spare for the kill and the printing.
     #[test]
     fn the_runners_kill_comes_after_the_limit_and_the_stacks() {
-        let toml = include_str!("../../../ci/gpu-nextest.toml");
+        let toml = include_str!("../gpu-nextest.toml");
         let line = toml
             .lines()
             .find(|l| l.starts_with("slow-timeout"))
-            .expect("a slow-timeout in ci/gpu-nextest.toml");
+            .expect("a slow-timeout in gpu-nextest.toml");
         let number = |key: &str| -> u64 {
             let rest =
                 &line[line.find(key).unwrap_or_else(|| panic!("{key} in {line}")) + key.len()..];

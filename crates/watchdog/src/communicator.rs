@@ -89,11 +89,38 @@ impl Communicator {
         };
         // SAFETY: a live communicator owned by this value (`from_raw`'s contract), neither refused nor
         // aborted before; forgotten above, so that nothing through this value calls NCCL with it again.
-        check_nccl(unsafe { ncclCommAbort(comm) }, "ncclCommAbort")
+        unsafe { Handed(comm).abort() }
     }
 
     /// Forgets a handle NCCL refused (`ncclInvalidArgument`): nothing there to abort, nothing to touch.
     pub(crate) fn forget_refused(&mut self) {
         self.handle = None;
+    }
+}
+
+/// A raw handle handed to the thread of a give-up call (`give_up.rs`).
+#[derive(Clone, Copy)]
+pub(crate) struct Handed(pub(crate) NcclComm);
+
+// SAFETY: NCCL takes a communicator from any thread, one thread at a time: the waiting thread hands the
+// handle over and does not touch it while the call runs, nor ever again if it stops waiting.
+unsafe impl Send for Handed {}
+
+impl Handed {
+    /// The handle (a method, so that a closure captures the `Send` wrapper, not the bare handle): for
+    /// the revoke, which only headers of NCCL 2.29 or newer declare.
+    #[cfg(nccl_2_29)]
+    pub(crate) fn get(self) -> NcclComm {
+        self.0
+    }
+
+    /// `ncclCommAbort`.
+    ///
+    /// # Safety
+    /// A live communicator, neither refused nor aborted before, used by no other thread meanwhile and
+    /// never again.
+    pub(crate) unsafe fn abort(self) -> Result<(), GpuError> {
+        // SAFETY: as the caller promises.
+        check_nccl(unsafe { ncclCommAbort(self.0) }, "ncclCommAbort")
     }
 }

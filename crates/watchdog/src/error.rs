@@ -42,6 +42,19 @@ pub enum GiveUpError {
     /// reports an error (they begin with `ncclCommEnsureReady`, which returns it), so abort is all that is
     /// left: a smaller communicator must then come from a new unique id (`ncclCommInitRankConfig`).
     FailedAfterRevoke(GpuError),
+    /// NCCL had not returned from the give-up call when its bound passed ([`GiveUpBound`]): the
+    /// communicators named are stuck inside NCCL, left to a thread of their own, and never used again.
+    /// NCCL cannot free them, so the process should end.
+    ///
+    /// [`GiveUpBound`]: crate::GiveUpBound
+    Stuck {
+        /// The call that did not return: `ncclCommAbort` or `ncclCommRevoke`.
+        call: &'static str,
+        /// The bound.
+        after: Duration,
+        /// How many of the wait's communicators were left.
+        communicators: usize,
+    },
 }
 
 impl From<GpuError> for GiveUpError {
@@ -68,6 +81,17 @@ impl fmt::Display for GiveUpError {
                 "revoked, but still failed ({e}): NCCL shrinks, splits or destroys no communicator that reports \
                  an error"
             ),
+            GiveUpError::Stuck {
+                call,
+                after,
+                communicators,
+            } => write!(
+                f,
+                "{call} had not returned after {:.3} s: {communicators} communicator(s) stuck inside NCCL, \
+                 left to a thread of their own and never used again; NCCL cannot free them in this process: \
+                 end it",
+                after.as_secs_f64()
+            ),
         }
     }
 }
@@ -76,7 +100,9 @@ impl std::error::Error for GiveUpError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             GiveUpError::Call(e) | GiveUpError::FailedAfterRevoke(e) => Some(e),
-            GiveUpError::CannotRevoke | GiveUpError::NotQuiescent { .. } => None,
+            GiveUpError::CannotRevoke
+            | GiveUpError::NotQuiescent { .. }
+            | GiveUpError::Stuck { .. } => None,
         }
     }
 }
@@ -85,6 +111,9 @@ impl std::error::Error for GiveUpError {
 /// (`gave_up` says how) but those it must not touch; `Refused` and `Abandoned` name one it must not touch
 /// (left alone) and gave up on the others (`others` says how). Remote errors are `Failed` with
 /// `ncclRemoteError`: see [`WaitError::is_remote`].
+///
+/// Where giving up did not end within its bound, `give_up_error` is [`GiveUpError::Stuck`]
+/// ([`WaitError::is_stuck`]): the communicators it names are stuck inside NCCL, and the process should end.
 ///
 /// `Display` gives the whole story in one message; [`source`](std::error::Error::source) hands programs
 /// the error underneath (NCCL's or CUDA's, or what giving up met), whose text that message includes.
@@ -180,6 +209,12 @@ impl WaitError {
         }
     }
 
+    /// True when giving up did not end within its bound ([`GiveUpError::Stuck`]): communicators are
+    /// stuck inside NCCL, and the process should end.
+    pub fn is_stuck(&self) -> bool {
+        matches!(self.give_up_error(), Some(GiveUpError::Stuck { .. }))
+    }
+
     /// True when NCCL blamed a peer (`ncclRemoteError`): it died, left, or its network failed.
     pub fn is_remote(&self) -> bool {
         matches!(self, WaitError::Failed { error, .. }
@@ -262,6 +297,9 @@ impl fmt::Display for WaitError {
             false => ("the communicator", "was"),
             true => ("the wait's other communicators", "were"),
         };
+        if let Some(stuck @ GiveUpError::Stuck { .. }) = self.give_up_error() {
+            return write!(f, "; giving up on {subject} did not end: {stuck}");
+        }
         match gave_up {
             GiveUp::Abort => write!(f, "; {subject} {was} aborted")?,
             #[cfg(nccl_2_29)]

@@ -92,17 +92,26 @@
 //! through one such poll before it closes its connections and exits (measured: 528–538 ms for revoke and
 //! shrink together). `ncclCommAbort` ends the same threads the same way.
 //!
-//! The deadline bounds the wait, not the give-up after it, which is NCCL's call: `ncclCommRevoke` and
-//! `ncclCommAbort` begin by joining the communicator's pending group job (`ncclCommEnsureReady` →
-//! `ncclGroupJobAbort`), so a non-blocking call whose kernel launch is held in the driver
-//! (`cuLaunchKernelEx`, seen on a GPU time-shared by 48 rank processes) holds the give-up as long. A
-//! caller that needs that bounded too gives up on a thread of its own and leaves the handle to it.
+//! # The give-up's bound
+//! `ncclCommRevoke` and `ncclCommAbort` begin by joining the communicator's pending group job
+//! (`ncclCommEnsureReady` → `ncclGroupJobAbort`), so a non-blocking call whose kernel launch is held in
+//! the driver (`cuLaunchKernelEx`, seen on a GPU time-shared by 48 rank processes) holds the give-up as
+//! long. So the watchdog makes them on a thread of its own, within a bound ([`GiveUpBound`]; by default
+//! the wait's own timeout): a call that has not returned by then is left to its thread, its
+//! communicator is never used again, and the wait returns an error that says so
+//! ([`WaitError::is_stuck`]). The process should then end; [`GiveUpBound::EndProcess`] ends it at that
+//! point, as PyTorch's heartbeat monitor does, and [`GiveUpBound::Unbounded`] waits for NCCL however
+//! long it takes. A wait that gives up therefore returns within its timeout plus the bound (a revoking
+//! one: plus the wait for quiescence and, where the revoke fails, a second bound for the aborts).
+//! [`bounded::call`] is the same bound for any other call that may not return.
 
 #![warn(missing_docs)]
 
+pub mod bounded;
 mod comm_work;
 mod communicator;
 mod error;
+mod give_up;
 mod watched;
 
 use std::time::{Duration, Instant};
@@ -112,7 +121,9 @@ use metrale_gpu_sys::nccl::{check_nccl, ncclComm_t, ncclResult_t, CUstream};
 pub use comm_work::CommWork;
 pub use communicator::Communicator;
 pub use error::{GiveUp, GiveUpError, WaitError};
-use watched::{give_up_on_each, poll_until, Stop};
+use give_up::Outcome;
+pub use give_up::{GiveUpBound, GiveUpCall};
+use watched::{poll_until, Stop};
 pub use watched::{Poll, Watched};
 
 /// The longest sleep between two polls.
@@ -125,14 +136,26 @@ pub struct Watchdog {
     pub timeout: Duration,
     /// What a wait does to its communicators when it gives up.
     pub give_up: GiveUp,
+    /// How long giving up may take, and what follows when NCCL has not returned by then.
+    pub give_up_bound: GiveUpBound,
 }
 
 impl Watchdog {
-    /// Waits that abort their communicators on failure or after `timeout`.
+    /// Waits that abort their communicators on failure or after `timeout`; the aborts are bounded by
+    /// `timeout` too ([`GiveUpBound::Return`]).
     pub const fn abort_after(timeout: Duration) -> Watchdog {
         Watchdog {
             timeout,
             give_up: GiveUp::Abort,
+            give_up_bound: GiveUpBound::Return(timeout),
+        }
+    }
+
+    /// The same waits, with `bound` for their give-up.
+    pub const fn with_give_up_bound(self, bound: GiveUpBound) -> Watchdog {
+        Watchdog {
+            give_up_bound: bound,
+            ..self
         }
     }
 
@@ -141,12 +164,14 @@ impl Watchdog {
     /// or destroyed. A communicator that cannot be revoked, does not become quiescent in time, or that
     /// NCCL still reports an error on once quiescent (a peer's closed sockets, seen by NCCL's proxy before
     /// the revoke stopped it: NCCL then refuses to shrink it) is aborted with the others; the error says
-    /// so (`gave_up` is then [`GiveUp::Abort`], and the [`GiveUpError`] says why).
+    /// so (`gave_up` is then [`GiveUp::Abort`], and the [`GiveUpError`] says why). The revokes, and the
+    /// aborts where they come, are bounded by `timeout` too ([`GiveUpBound::Return`]).
     #[cfg(nccl_2_29)]
     pub const fn revoke_after(timeout: Duration) -> Watchdog {
         Watchdog {
             timeout,
             give_up: GiveUp::Revoke,
+            give_up_bound: GiveUpBound::Return(timeout),
         }
     }
 
@@ -201,8 +226,8 @@ impl Watchdog {
         })
     }
 
-    /// Gives up on every item not in `skip` (those NCCL refused or given up on before; a revoke may add
-    /// to them); returns what was done and what that met.
+    /// Gives up on every item not in `skip` (those NCCL refused or given up on before; a revoke, or a
+    /// call left to its thread, adds to them); returns what was done and what that met.
     fn give_up(
         &self,
         work: &mut [&mut dyn Watched],
@@ -213,22 +238,58 @@ impl Watchdog {
             match self.revoke(work, skip) {
                 Ok(()) => return (GiveUp::Revoke, None),
                 // Revoked or not, abort them all (but the skipped): nothing may be left running, and a
-                // revoked communicator NCCL still reports an error on is good for nothing else.
+                // revoked communicator NCCL still reports an error on is good for nothing else. A stuck
+                // abort is what the caller must hear first.
                 Err(error) => {
-                    give_up_on_each(work, skip, |item| item.abort());
+                    let error = match self.give_up_each(work, skip, GiveUp::Abort) {
+                        Some(stuck @ GiveUpError::Stuck { .. })
+                            if !matches!(error, GiveUpError::Stuck { .. }) =>
+                        {
+                            stuck
+                        }
+                        _ => error,
+                    };
                     return (GiveUp::Abort, Some(Box::new(error)));
                 }
             }
         }
-        let error = give_up_on_each(work, skip, |item| item.abort());
-        (GiveUp::Abort, error.map(|e| Box::new(GiveUpError::Call(e))))
+        let error = self.give_up_each(work, skip, GiveUp::Abort);
+        (GiveUp::Abort, error.map(Box::new))
+    }
+
+    /// Hands `how` over for every item not in `skip` and makes the calls within the bound; an item whose
+    /// call is left to its thread is forgotten and joins `skip`. Returns a stuck call's error, else the
+    /// first error a call returned.
+    fn give_up_each(
+        &self,
+        work: &mut [&mut dyn Watched],
+        skip: &mut [bool],
+        how: GiveUp,
+    ) -> Option<GiveUpError> {
+        let chosen: Vec<usize> = (0..work.len()).filter(|&i| !skip[i]).collect();
+        let calls = chosen.iter().map(|&i| work[i].hand_over(how)).collect();
+        let (outcomes, stuck) = give_up::make(calls, self.give_up_bound);
+        let mut first = None;
+        for (&i, outcome) in chosen.iter().zip(outcomes) {
+            match outcome {
+                Outcome::Returned(Ok(())) => {}
+                Outcome::Returned(Err(e)) => {
+                    first.get_or_insert(e);
+                }
+                Outcome::Stuck => {
+                    work[i].forget();
+                    skip[i] = true;
+                }
+            }
+        }
+        stuck.or(first)
     }
 
     /// Revokes every item not in `skip`, then waits up to the timeout until all are quiescent with no
     /// error.
     #[cfg(nccl_2_29)]
     fn revoke(&self, work: &mut [&mut dyn Watched], skip: &mut [bool]) -> Result<(), GiveUpError> {
-        if let Some(error) = give_up_on_each(work, skip, |item| item.revoke()) {
+        if let Some(error) = self.give_up_each(work, skip, GiveUp::Revoke) {
             return Err(error);
         }
         let start = Instant::now();
@@ -274,24 +335,35 @@ impl Watchdog {
     /// communicator's `ncclCommGetAsyncError` as well; when one fails or the timeout passes, gives up on
     /// all of them. This is the wait for a process that drives several GPUs with one communicator each:
     /// NCCL frees a process's resources only once all of them are aborted or destroyed, and destroying a
-    /// sibling of an aborted communicator waits on its stuck kernel, so none may be left running.
+    /// sibling of an aborted communicator waits on its stuck kernel, so none may be left running. A
+    /// communicator listed more than once (with several streams) is one communicator of the wait, whose
+    /// streams are all awaited: it is given up on once.
     ///
     /// # Safety
     /// Every communicator and stream is live and used by no other thread during the wait. After an `Err`
-    /// the communicators were given up on as [`WaitError`] says (aborted ones must not be used again);
-    /// buffers the abandoned work used may hold anything.
+    /// the communicators were given up on as [`WaitError`] says (aborted or stuck ones must not be used
+    /// again); buffers the abandoned work used may hold anything.
     pub unsafe fn wait_all(&self, work: &[(ncclComm_t, CUstream)]) -> Result<(), WaitError> {
-        let mut comms: Vec<Communicator> = work
+        // One entry per communicator, in the order of first appearance, with all its streams.
+        let mut merged: Vec<(ncclComm_t, Vec<CUstream>)> = Vec::new();
+        for &(comm, stream) in work {
+            match merged.iter_mut().find(|(c, _)| *c == comm) {
+                Some((_, streams)) => streams.push(stream),
+                None => merged.push((comm, vec![stream])),
+            }
+        }
+        let mut comms: Vec<Communicator> = merged
             .iter()
-            // SAFETY: the caller promises live handles, used by this thread alone during the wait; the
-            // values are dropped (no NCCL call) when the wait returns, leaving the handles to the caller.
+            // SAFETY: the caller promises live handles, used by this thread alone during the wait, and
+            // each is made into one value (the list is merged); the values are dropped (no NCCL call)
+            // when the wait returns, leaving the handles to the caller.
             .map(|&(comm, _)| unsafe { Communicator::from_raw(comm) })
             .collect();
         let mut work: Vec<CommWork> = comms
             .iter_mut()
-            .zip(work)
+            .zip(merged)
             // SAFETY: the caller promises live streams, used by this thread alone.
-            .map(|(comm, &(_, stream))| unsafe { CommWork::on_stream(comm, stream) })
+            .map(|(comm, (_, streams))| unsafe { CommWork::on_streams(comm, streams) })
             .collect();
         let mut items: Vec<&mut dyn Watched> =
             work.iter_mut().map(|w| w as &mut dyn Watched).collect();

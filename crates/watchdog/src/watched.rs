@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use metrale_gpu_sys::nccl::GpuError;
 
-use crate::{GiveUpError, MAX_POLL_INTERVAL};
+use crate::{GiveUp, GiveUpCall, GiveUpError, MAX_POLL_INTERVAL};
 
 /// What one poll of the awaited work found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,8 +31,9 @@ pub enum Poll {
 pub trait Watched {
     /// Polls the awaited work once.
     fn poll(&mut self) -> Poll;
-    /// Aborts the communicator (`ncclCommAbort`). Never called after `poll` returned `Refused` or
-    /// `Abandoned` in the same wait; after it, the handle must never be touched again: later polls should
+    /// Aborts the communicator (`ncclCommAbort`) here, on the calling thread: the give-up of the default
+    /// [`hand_over`](Self::hand_over). Never called after `poll` returned `Refused` or `Abandoned` in the
+    /// same wait; after it, the handle must never be touched again: later polls should
     /// answer `Abandoned` and later aborts do nothing ([`CommWork`](crate::CommWork) does both).
     fn abort(&mut self) -> Result<(), GpuError>;
     /// Revokes the communicator (`ncclCommRevoke`, NCCL 2.29+ headers). Never called after `poll`
@@ -49,6 +50,24 @@ pub trait Watched {
     fn poll_revoked(&mut self) -> Poll {
         Poll::Done
     }
+    /// The give-up `how` ([`GiveUp::Abort`] or [`GiveUp::Revoke`]) as a call the watchdog makes on a
+    /// thread of its own, within its [`GiveUpBound`](crate::GiveUpBound); never asked after `poll`
+    /// returned `Refused` or `Abandoned`. [`CommWork`](crate::CommWork) hands over its NCCL call, and a
+    /// `Watched` that wraps one should hand over the wrapped one's (and pass [`forget`](Self::forget) on)
+    /// so that the bound holds for it. By default the give-up is made here, on the waiting thread, by
+    /// [`abort`](Self::abort) or [`revoke`](Self::revoke): a give-up of one's own, which the watchdog
+    /// cannot bound.
+    fn hand_over(&mut self, how: GiveUp) -> GiveUpCall {
+        GiveUpCall::made(match how {
+            GiveUp::Abort => self.abort().map_err(GiveUpError::Call),
+            #[cfg(nccl_2_29)]
+            GiveUp::Revoke => self.revoke(),
+        })
+    }
+    /// The call [`hand_over`](Self::hand_over) gave had not returned when the bound passed: it is left
+    /// to its thread, and the handle must never be touched again (later polls should answer
+    /// `Abandoned`, later give-ups do nothing). By default nothing: nothing was handed over.
+    fn forget(&mut self) {}
 }
 
 /// How a poll loop ended other than with all done: the deadline, or the first item (by index) that
@@ -110,21 +129,4 @@ pub(super) fn poll_until(
         std::thread::sleep(pause.min(timeout - waited));
         pause = (pause * 2).min(MAX_POLL_INTERVAL);
     }
-}
-
-/// Calls `give_up` (an abort or a revoke) on every item not in `skip`; returns the first error.
-pub(super) fn give_up_on_each<E>(
-    work: &mut [&mut dyn Watched],
-    skip: &[bool],
-    mut give_up: impl FnMut(&mut dyn Watched) -> Result<(), E>,
-) -> Option<E> {
-    let mut first = None;
-    for (index, item) in work.iter_mut().enumerate() {
-        if !skip[index] {
-            if let Err(e) = give_up(&mut **item) {
-                first.get_or_insert(e);
-            }
-        }
-    }
-    first
 }

@@ -12,7 +12,8 @@ use metrale_gpu_testkit::standin::{Load, StandIn};
 #[cfg(nccl_2_29)]
 use metrale_gpu_watchdog::GiveUpError;
 use metrale_gpu_watchdog::{
-    self as watchdog, CommWork, Communicator, GiveUp, Poll, WaitError, Watchdog, Watched,
+    self as watchdog, CommWork, Communicator, GiveUp, GiveUpBound, Poll, WaitError, Watchdog,
+    Watched,
 };
 
 #[test]
@@ -233,4 +234,174 @@ fn an_aborted_comm_work_never_calls_nccl_again() {
         assert!(matches!(why, GiveUpError::NotQuiescent { .. }), "{why:?}");
         reuse_after_abort(work, after_abort);
     }
+}
+
+/// The stand-in's counters of calls after an abort and of aborts, or a visible skip.
+fn abort_counters() -> Option<(extern "C" fn() -> i32, extern "C" fn() -> i32)> {
+    let found = (
+        counter(c"metrale_counting_calls_after_abort"),
+        counter(c"metrale_counting_aborts"),
+    );
+    match found {
+        (Some(after_abort), Some(aborts)) => Some((after_abort, aborts)),
+        _ => {
+            skip("the counting stand-in is not loaded: no fake handle is made");
+            None
+        }
+    }
+}
+
+#[test]
+fn wait_all_gives_up_once_on_a_communicator_listed_twice() {
+    if in_counting_child("wait_all_gives_up_once_on_a_communicator_listed_twice").is_some() {
+        return;
+    }
+    let Some((after_abort, aborts)) = abort_counters() else {
+        return;
+    };
+    // Handles only the stand-in sees (never ncclInProgress's end, never dereferenced); the streams are
+    // never polled while the communicator is in progress.
+    let fake: NcclComm = std::ptr::NonNull::<u8>::dangling().as_ptr().cast();
+    let other: NcclComm = std::ptr::NonNull::<u64>::dangling().as_ptr().cast();
+    let (s1, s2): (CUstream, CUstream) = (std::ptr::null_mut(), std::ptr::null_mut());
+    let dog = Watchdog::abort_after(Duration::from_millis(50));
+    // SAFETY: the stand-in answers for these handles and never dereferences them; no stream is polled.
+    let err = unsafe { dog.wait_all(&[(fake, s1), (other, s1), (fake, s2)]) }.expect_err("hangs");
+    assert!(
+        err.is_timeout() && err.gave_up() == Some(GiveUp::Abort),
+        "{err:?}"
+    );
+    assert_eq!(aborts(), 2, "each communicator aborted once: {err}");
+    assert_eq!(
+        after_abort(),
+        0,
+        "a call reached NCCL with an aborted handle"
+    );
+}
+
+/// The bound of the blocking cases: the wait's timeout, and the give-up's (the default: the same).
+const BLOCKING: Duration = Duration::from_millis(200);
+
+#[test]
+fn a_blocking_abort_is_left_to_its_thread_and_the_wait_returns_within_its_bound() {
+    let case = "a_blocking_abort_is_left_to_its_thread_and_the_wait_returns_within_its_bound";
+    if in_counting_child(case).is_some() {
+        return;
+    }
+    let (Some((after_abort, aborts)), Some(block)) =
+        (abort_counters(), counter(c"metrale_counting_block"))
+    else {
+        return;
+    };
+    block();
+    let fake: NcclComm = std::ptr::NonNull::<u8>::dangling().as_ptr().cast();
+    // SAFETY: the stand-in answers for this handle and never dereferences it.
+    let mut comm = unsafe { Communicator::from_raw(fake) };
+    let mut work = CommWork::new(&mut comm);
+    let start = Instant::now();
+    let err = Watchdog::abort_after(BLOCKING)
+        .wait(&mut [&mut work], "all-reduce")
+        .expect_err("never done");
+    let took = start.elapsed();
+    // The stated bound: the timeout, then the give-up's bound (both 200 ms); a loaded machine may
+    // oversleep, and a give-up without a bound would never return, hence the wide margin.
+    assert!(
+        took >= 2 * BLOCKING && took < 2 * BLOCKING + Duration::from_secs(10),
+        "{took:?}"
+    );
+    assert!(err.is_stuck() && err.is_timeout(), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains(
+            "; giving up on the communicator did not end: ncclCommAbort had not returned after 0.200 s: \
+             1 communicator(s) stuck inside NCCL, left to a thread of their own and never used again"
+        ) && text.ends_with("end it"),
+        "{text}"
+    );
+    assert_eq!(aborts(), 1, "the abort was made, once");
+    // The stuck communicator is never used again: every way to reach it answers at once.
+    reach_again(&mut work);
+    assert_eq!(
+        after_abort(),
+        0,
+        "a call reached NCCL with the stuck handle"
+    );
+}
+
+#[cfg(nccl_2_29)]
+#[test]
+fn a_blocking_revoke_is_left_to_its_thread_and_its_communicator_is_not_aborted() {
+    let case = "a_blocking_revoke_is_left_to_its_thread_and_its_communicator_is_not_aborted";
+    if in_counting_child(case).is_some() {
+        return;
+    }
+    let (Some((_, aborts)), Some(calls), Some(block)) = (
+        abort_counters(),
+        counter(c"metrale_counting_calls"),
+        counter(c"metrale_counting_block"),
+    ) else {
+        return;
+    };
+    block();
+    let fake: NcclComm = std::ptr::NonNull::<u8>::dangling().as_ptr().cast();
+    // SAFETY: the stand-in answers for this handle and never dereferences it.
+    let mut comm = unsafe { Communicator::from_raw(fake) };
+    let mut work = CommWork::new(&mut comm);
+    let err = Watchdog::revoke_after(BLOCKING)
+        .wait(&mut [&mut work], "all-reduce")
+        .expect_err("never done");
+    assert!(err.is_stuck(), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("ncclCommRevoke had not returned after 0.200 s"),
+        "{err}"
+    );
+    let seen = calls();
+    assert_eq!(aborts(), 0, "an abort beside the stuck revoke: {err}");
+    reach_again(&mut work);
+    assert_eq!(calls(), seen, "a call reached NCCL with the stuck handle");
+}
+
+/// Set in the grandchild that ends itself.
+const ENDS: &str = "METRALE_COUNTING_ENDS";
+
+#[test]
+fn a_blocking_abort_with_end_process_ends_the_process_saying_why() {
+    let case = "a_blocking_abort_with_end_process_ends_the_process_saying_why";
+    if in_counting_child(case).is_some() {
+        return;
+    }
+    let Some(block) = counter(c"metrale_counting_block") else {
+        return skip("the counting stand-in is not loaded: no fake handle is made");
+    };
+    if std::env::var_os(ENDS).is_none() {
+        // The child: the grandchild (with the same stand-in preloaded) must end, by SIGABRT, saying why.
+        let test = format!("comm_work::{case}");
+        let out = metrale_gpu_testkit::child::test_command(&test, &[(ENDS, "1".into())])
+            .output()
+            .expect("the grandchild runs");
+        let text = String::from_utf8_lossy(&out.stderr);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGABRT),
+            "{:?}\n{text}",
+            out.status
+        );
+        assert!(
+            text.contains(
+                "metrale-gpu-watchdog: ncclCommAbort had not returned after 0.200 s: 1 communicator(s) \
+                 stuck inside NCCL"
+            ) && text.contains("end it: ending the process"),
+            "{text}"
+        );
+        return;
+    }
+    block();
+    let fake: NcclComm = std::ptr::NonNull::<u8>::dangling().as_ptr().cast();
+    // SAFETY: the stand-in answers for this handle and never dereferences it.
+    let mut comm = unsafe { Communicator::from_raw(fake) };
+    let dog = Watchdog::abort_after(BLOCKING).with_give_up_bound(GiveUpBound::EndProcess(BLOCKING));
+    let err = dog.wait(&mut [&mut CommWork::new(&mut comm)], "all-reduce");
+    panic!("the process should have ended: {err:?}");
 }

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use metrale_gpu_sys::nccl::*;
 #[cfg(nccl_2_29)]
 use metrale_gpu_watchdog::GiveUpError;
-use metrale_gpu_watchdog::{GiveUp, Poll, WaitError, Watchdog, Watched, MAX_POLL_INTERVAL};
+use metrale_gpu_watchdog::{
+    GiveUp, GiveUpBound, GiveUpCall, Poll, WaitError, Watchdog, Watched, MAX_POLL_INTERVAL,
+};
 
 /// Done after `polls_until_done` polls (never if `None`), or answering `answer` at the first poll.
 #[derive(Default)]
@@ -510,4 +512,100 @@ fn work_given_up_on_before_is_never_touched_again() {
         "{err}"
     );
     assert_eq!((gone.aborts, other.aborts), (0, 1));
+}
+
+/// A Watched that hands over an abort which returns once its gate opens, and says when its thread
+/// released what it held after the wait stopped waiting.
+struct HandsOver {
+    gate: Option<std::sync::mpsc::Receiver<()>>,
+    released: std::sync::mpsc::Sender<&'static str>,
+    forgotten: u32,
+    /// The thread the call ran on.
+    ran_on: std::sync::Arc<std::sync::Mutex<Option<std::thread::ThreadId>>>,
+}
+
+impl HandsOver {
+    fn new(
+        gate: std::sync::mpsc::Receiver<()>,
+        released: std::sync::mpsc::Sender<&'static str>,
+    ) -> Self {
+        HandsOver {
+            gate: Some(gate),
+            released,
+            forgotten: 0,
+            ran_on: Default::default(),
+        }
+    }
+}
+
+impl Watched for HandsOver {
+    fn poll(&mut self) -> Poll {
+        Poll::Running
+    }
+    fn abort(&mut self) -> Result<(), GpuError> {
+        panic!("the watchdog makes the handed-over call, not this one")
+    }
+    fn hand_over(&mut self, _: GiveUp) -> GiveUpCall {
+        let gate = self.gate.take().expect("handed over once");
+        let released = self.released.clone();
+        let ran_on = std::sync::Arc::clone(&self.ran_on);
+        GiveUpCall::new("the fake's abort", move || {
+            *ran_on.lock().expect("not poisoned") = Some(std::thread::current().id());
+            let _ = gate.recv();
+            Ok(())
+        })
+        .or_if_late(move || {
+            let _ = released.send("released late");
+        })
+    }
+    fn forget(&mut self) {
+        self.forgotten += 1;
+    }
+}
+
+#[test]
+fn a_handed_over_call_past_its_bound_is_forgotten_and_released_by_its_thread_when_it_returns() {
+    let (open, gate) = std::sync::mpsc::channel();
+    let (released, late) = std::sync::mpsc::channel();
+    let mut item = HandsOver::new(gate, released);
+    let dog = Watchdog::abort_after(Duration::from_millis(50))
+        .with_give_up_bound(GiveUpBound::Return(Duration::from_millis(50)));
+    let err = dog.wait(&mut [&mut item], "x").expect_err("hangs");
+    assert!(err.is_stuck() && err.is_timeout(), "{err:?}");
+    assert_eq!(
+        item.forgotten, 1,
+        "the stuck item was told to forget its handle"
+    );
+    assert!(
+        err.to_string()
+            .contains("the fake's abort had not returned after 0.050 s"),
+        "{err}"
+    );
+    assert!(late.try_recv().is_err(), "released before it returned");
+    open.send(()).expect("the call still waits");
+    assert_eq!(
+        late.recv_timeout(Duration::from_secs(10)),
+        Ok("released late")
+    );
+    let ran_on = *item.ran_on.lock().expect("not poisoned");
+    assert!(
+        ran_on.is_some() && ran_on != Some(std::thread::current().id()),
+        "{ran_on:?}"
+    );
+}
+
+#[test]
+fn without_a_bound_the_handed_over_call_is_made_on_the_waiting_thread() {
+    let (open, gate) = std::sync::mpsc::channel();
+    let (released, late) = std::sync::mpsc::channel();
+    let mut item = HandsOver::new(gate, released);
+    open.send(()).expect("the gate is open before the call");
+    let waiting = std::thread::current().id();
+    let dog =
+        Watchdog::abort_after(Duration::from_millis(20)).with_give_up_bound(GiveUpBound::Unbounded);
+    let err = dog.wait(&mut [&mut item], "x").expect_err("hangs");
+    assert!(!err.is_stuck() && err.give_up_error().is_none(), "{err:?}");
+    assert_eq!(item.forgotten, 0);
+    assert!(late.try_recv().is_err(), "nothing is late without a bound");
+    assert_eq!(*item.ran_on.lock().expect("not poisoned"), Some(waiting));
 }
