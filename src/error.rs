@@ -182,11 +182,15 @@ impl fmt::Display for GpuError {
                 match compute_capability {
                     Some((major, minor)) => write!(
                         f,
-                        " (compute capability {major}.{minor}) can run. Build the kernel for it (nvcc                          -gencode arch=compute_{major}{minor},code=sm_{major}{minor}), or embed PTX for                          compute_{major}{minor} or older (code=compute_{major}{minor}) from a CUDA toolkit no                          newer than the driver"
+                        " (compute capability {major}.{minor}) can run. Build the kernel for it (nvcc \
+                         -gencode arch=compute_{major}{minor},code=sm_{major}{minor}), or embed PTX for \
+                         compute_{major}{minor} or older (code=compute_{major}{minor}) from a CUDA toolkit no \
+                         newer than the driver"
                     ),
                     None => write!(
                         f,
-                        " can run. Build the kernel for the GPU's architecture (nvcc -gencode                          arch=compute_XY,code=sm_XY; `nvidia-smi --query-gpu=compute_cap --format=csv` names it)"
+                        " can run. Build the kernel for the GPU's architecture (nvcc -gencode \
+                         arch=compute_XY,code=sm_XY; `nvidia-smi --query-gpu=compute_cap --format=csv` names it)"
                     ),
                 }
             }
