@@ -11,12 +11,13 @@ use std::path::Path;
 
 use metrale_gpu_sys_build::bindgen_panic;
 
-use crate::{driver_table, layout, nccl_table, snapshot, Inputs};
+use crate::{device, driver_table, layout, nccl_table, snapshot, Inputs};
 
 /// The `cuda.h` types the helpers name (with what they refer to).
 const DRIVER_TYPES: &str =
     "CUresult|CUdevice|CUcontext|CUstream|CUevent|CUdeviceptr|CUgraph|CUgraphExec\
-    |CUstream_flags(_enum)?|CUevent_flags(_enum)?|CUstreamCaptureMode(_enum)?";
+    |CUstream_flags(_enum)?|CUevent_flags(_enum)?|CUstreamCaptureMode(_enum)?\
+    |CUmodule|CUfunction|CUdevice_attribute(_enum)?";
 
 /// Writes `bindings.rs`, `cuda_driver.rs` and `facts.rs`; on failure, one message saying what to check
 /// (clang's own diagnostics precede it). A panic in bindgen becomes a message too (`bindgen_panic`).
@@ -54,20 +55,26 @@ fn run(inputs: &Inputs) -> Result<(), String> {
         .allowlist_var("CUDA_VERSION")
         // Written by hand in src/: CUresult prints its name, the unique id its bytes in hex.
         .no_debug("cudaError_enum|ncclUniqueId");
-    let bindings = write(nccl, &inputs.out_dir.join("bindings.rs"))?;
-    // The same functions, loaded at run time (the default; feature `link` uses bindings.rs's own).
-    write_text(
-        &inputs.out_dir.join("nccl_loaded.rs"),
-        &nccl_table::generate(&bindings)?,
-    )?;
+    let mut bindings = write(nccl, &inputs.out_dir.join("bindings.rs"))?;
     // The filled structs' layouts, as clang evaluates them (for `facts.rs`).
-    let probe = layout::Probe::new(inputs.filled, &fields)?;
+    let probe = layout::Probe::new("nccl.h", inputs.filled, &fields)?;
     let probed = base(inputs)
         .header_contents(layout::Probe::NAME, &probe.header)
         .allowlist_var(layout::Probe::VARS)
         .generate()
         .map_err(bindgen_failed)?;
-    let layouts = probe.read(&parse(&probed.to_string())?)?;
+    let mut layouts = probe.read(&parse(&probed.to_string())?)?;
+    // The device API's host functions and types (C++, NCCL 2.28+), and its filled structs' layouts.
+    if let Some(device) = inputs.device {
+        let (declared, device_layouts) = device::translate::generate(inputs, device, &bindings)?;
+        bindings.items.extend(declared.items);
+        layouts.extend(device_layouts);
+    }
+    // The same functions, loaded at run time (the default; feature `link` uses the declarations' own).
+    write_text(
+        &inputs.out_dir.join("nccl_loaded.rs"),
+        &nccl_table::generate(&bindings)?,
+    )?;
     let facts = snapshot::facts(inputs.nccl, inputs.cuda, &layouts)?;
     write_text(&inputs.out_dir.join("facts.rs"), &facts)?;
 
@@ -104,7 +111,7 @@ fn run(inputs: &Inputs) -> Result<(), String> {
 }
 
 /// bindgen's output as syn reads it.
-fn parse(text: &str) -> Result<syn::File, String> {
+pub fn parse(text: &str) -> Result<syn::File, String> {
     syn::parse_file(text).map_err(|e| format!("syn cannot parse bindgen's output: {e}"))
 }
 
@@ -144,9 +151,14 @@ impl CuresultNames {
 }
 
 fn base(inputs: &Inputs) -> bindgen::Builder {
-    bindgen::Builder::default()
+    options(inputs)
         .header(inputs.wrapper.to_string_lossy())
         .clang_args(["-x", "c", "-std=c11"])
+}
+
+/// The crate's bindgen options, without a header or a language (`base`'s, and the device API's C++ run).
+pub fn options(inputs: &Inputs) -> bindgen::Builder {
+    bindgen::Builder::default()
         // nccl.h documents its API in plain /* */ comments: carry them over as rustdoc.
         .clang_arg("-fparse-all-comments")
         .clang_args(
@@ -179,7 +191,7 @@ fn rust_target() -> bindgen::RustTarget {
     bindgen::RustTarget::stable(82, 0).unwrap_or_default()
 }
 
-fn bindgen_failed(e: bindgen::BindgenError) -> String {
+pub fn bindgen_failed(e: bindgen::BindgenError) -> String {
     format!(
         "bindgen could not translate wrapper.h: {e}\n\
          The messages above are clang's. Usual causes: CUDA headers without crt/ (pip: nvidia-cuda-crt) or \

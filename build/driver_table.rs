@@ -63,6 +63,14 @@ pub const OPTIONAL_FUNCTIONS: &[(&str, &[&str])] = &[
     ("cuMemcpyHtoDAsync_v2", &["cuMemcpyHtoDAsync_v2"]),
     ("cuMemcpyDtoHAsync_v2", &["cuMemcpyDtoHAsync_v2"]),
     ("cuMemcpyDtoDAsync_v2", &["cuMemcpyDtoDAsync_v2"]),
+    // Kernels of one's own (`cuda::Module`): loading a compiled image, launching its functions, and the
+    // GPU's architecture for the error of an image without code for it.
+    ("cuCtxGetDevice", &["cuCtxGetDevice"]),
+    ("cuDeviceGetAttribute", &["cuDeviceGetAttribute"]),
+    ("cuModuleLoadData", &["cuModuleLoadData"]),
+    ("cuModuleGetFunction", &["cuModuleGetFunction"]),
+    ("cuModuleUnload", &["cuModuleUnload"]),
+    ("cuLaunchKernel", &["cuLaunchKernel"]),
 ];
 
 /// Every symbol the table resolves: what bindgen is asked to declare.
@@ -342,11 +350,11 @@ pub fn generate(declared: &syn::File, names: &[(u64, String)]) -> Result<String,
             #doc
             #[inline]
             pub unsafe fn #name(&self, #(#params),*) -> Result<#ret, GpuError> {
-                let Some(f) = self.#name else {
+                let Some(function) = self.#name else {
                     return Err(self.missing(#oldest, #since));
                 };
                 #call_safety
-                Ok(unsafe { f(#(#args),*) })
+                Ok(unsafe { function(#(#args),*) })
             }
         });
     }

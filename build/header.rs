@@ -42,16 +42,36 @@ pub struct Macros {
     defined: Vec<(String, Option<String>, String)>,
     wrapper: PathBuf,
     include_dirs: Vec<PathBuf>,
+    /// The C++ standard, where the wrapper is C++ (the device API's); `None` for C.
+    cplusplus: Option<&'static str>,
 }
 
 impl Macros {
-    /// Runs the preprocessor over `wrapper` with the include directories the build found.
+    /// Runs the C preprocessor over `wrapper` with the include directories the build found.
     pub fn of(wrapper: &Path, include_dirs: &[PathBuf]) -> Result<Macros, String> {
-        let output = preprocess(wrapper, include_dirs, &["-dM"])?;
+        Macros::run(wrapper, include_dirs, None)
+    }
+
+    /// Runs the C++ preprocessor (standard `std`) over `wrapper`, a C++ header.
+    pub fn of_cplusplus(
+        wrapper: &Path,
+        include_dirs: &[PathBuf],
+        std: &'static str,
+    ) -> Result<Macros, String> {
+        Macros::run(wrapper, include_dirs, Some(std))
+    }
+
+    fn run(
+        wrapper: &Path,
+        include_dirs: &[PathBuf],
+        cplusplus: Option<&'static str>,
+    ) -> Result<Macros, String> {
+        let output = preprocess(wrapper, include_dirs, &["-dM"], cplusplus)?;
         Ok(Macros {
             defined: Macros::parse(&String::from_utf8_lossy(&output)),
             wrapper: wrapper.to_path_buf(),
             include_dirs: include_dirs.to_vec(),
+            cplusplus,
         })
     }
 
@@ -175,10 +195,14 @@ impl Macros {
                 "METRALE_INITIALIZER_{i} METRALE_FIRST_TWO_OF({name})\n"
             ));
         }
-        let path = out_dir.join("metrale_initializer_probe.c");
+        let probe_file = match self.cplusplus {
+            None => "metrale_initializer_probe.c",
+            Some(_) => "metrale_initializer_probe.cc",
+        };
+        let path = out_dir.join(probe_file);
         std::fs::write(&path, probe)
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        let output = preprocess(&path, &self.include_dirs, &["-P"])?;
+        let output = preprocess(&path, &self.include_dirs, &["-P"], self.cplusplus)?;
         let output = String::from_utf8_lossy(&output);
         let is_name = |t: &str| {
             !t.is_empty()
@@ -204,13 +228,22 @@ impl Macros {
     }
 }
 
-/// The preprocessor's output for `file` (`cc -E` with `flags`), with the include directories found.
-fn preprocess(file: &Path, include_dirs: &[PathBuf], flags: &[&str]) -> Result<Vec<u8>, String> {
+/// The preprocessor's output for `file` (`cc -E` with `flags`, or the C++ compiler's with the standard
+/// `cplusplus`), with the include directories found.
+fn preprocess(
+    file: &Path,
+    include_dirs: &[PathBuf],
+    flags: &[&str],
+    cplusplus: Option<&str>,
+) -> Result<Vec<u8>, String> {
     let mut build = cc::Build::new();
     build
         .file(file)
         .includes(include_dirs)
         .cargo_metadata(false);
+    if let Some(std) = cplusplus {
+        build.cpp(true).std(std);
+    }
     for flag in flags {
         build.flag(flag);
     }

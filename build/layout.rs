@@ -92,9 +92,10 @@ impl Probe {
     /// The constants' names, for bindgen's allowlist.
     pub const VARS: &'static str = "metrale_layout_.*";
 
-    /// The probe for the structs the shim fills (`filled`, by C name), with the fields `fields` saw.
-    pub fn new(filled: &[&str], fields: &Fields) -> Result<Probe, String> {
-        let mut header = String::from("#include <stddef.h>\n#include <nccl.h>\n");
+    /// The probe for the structs a shim fills (`filled`, by C name), declared by `include` (`nccl.h`), with
+    /// the fields `fields` saw.
+    pub fn new(include: &str, filled: &[&str], fields: &Fields) -> Result<Probe, String> {
+        let mut header = format!("#include <stddef.h>\n#include <{include}>\n");
         let mut structs = Vec::new();
         for (i, &c_name) in filled.iter().enumerate() {
             let names = fields.of(c_name).ok_or_else(|| {

@@ -8,6 +8,7 @@
 mod bindings;
 #[cfg(feature = "bindgen")]
 mod declared;
+mod device;
 #[cfg(feature = "bindgen")]
 mod driver_table;
 mod env;
@@ -18,6 +19,7 @@ mod initializers;
 mod layout;
 #[cfg(feature = "bindgen")]
 mod nccl_table;
+mod nvcc;
 #[cfg(feature = "bindgen")]
 mod print;
 mod snapshot;
@@ -53,6 +55,7 @@ fn run() -> Result<(), String> {
         // docs.rs has neither CUDA nor NCCL: document the committed snapshot; nothing to compile or link.
         let (nccl, cuda) = snapshot.install(&out_dir)?;
         emit_version(nccl, cuda, None, &out_dir);
+        emit_device_api(snapshot.has_device_api());
         return Ok(());
     }
 
@@ -90,6 +93,15 @@ fn run() -> Result<(), String> {
     let initializers = macros.initializers(&out_dir)?;
     // The structs the shim fills: one per initializer macro of the headers found.
     let filled: Vec<&str> = initializers.iter().map(|i| i.c_type.as_str()).collect();
+    // NCCL 2.28+'s device API (C++): its own initializers and shim.
+    let device = device::Device::find(
+        &manifest_dir,
+        nccl,
+        &found.nccl_include,
+        &include_dirs,
+        &initializers,
+        &out_dir,
+    )?;
 
     let mut shim = cc::Build::new();
     // With `bundled-bindings`: what a failed compile of the shim means.
@@ -98,7 +110,7 @@ fn run() -> Result<(), String> {
             &snapshot,
             (nccl, cuda),
             &found,
-            &filled,
+            (&filled, device.as_ref()),
             &out_dir,
             &mut shim,
         )?
@@ -111,11 +123,16 @@ fn run() -> Result<(), String> {
             nccl,
             cuda,
             filled: &filled,
+            device: device.as_ref(),
         })?;
         String::new()
     };
     // After the snapshot's copy: the shim is compiled for the headers found, and the Rust side follows it.
-    initializers::write(&initializers, &out_dir)?;
+    let device_initializers = device.as_ref().map_or(&[][..], |d| &d.initializers[..]);
+    initializers::write(&initializers, device_initializers, &out_dir)?;
+    if let Some(device) = &device {
+        device.compile_shim(&manifest_dir, &include_dirs, &out_dir, bundled)?;
+    }
 
     shim.file(manifest_dir.join("shim/shim.c"))
         .includes(&include_dirs)
@@ -140,18 +157,38 @@ fn run() -> Result<(), String> {
     }
     emit_version(nccl, cuda, Some(&found), &out_dir);
     emit_macros(&macros, &out_dir);
+    // The bindings have the device API where bindgen translated it, or the snapshot has it (its
+    // nccl_loaded.rs then names its types, whatever the headers found).
+    emit_device_api(device.is_some() || (bundled && snapshot.has_device_api()));
+    if let Some(device) = &device {
+        for initializer in &device.initializers {
+            if ASKED_MACROS.contains(&initializer.name.as_str()) {
+                println!("cargo:rustc-cfg=nccl_macro=\"{}\"", initializer.name);
+            }
+        }
+        // For dependents (systest's C++ checks, kernels built against the same headers).
+        println!(
+            "cargo:device_bindings={}",
+            out_dir.join(device::BINDINGS).display()
+        );
+        println!("cargo:device_cxx_std={}", device::CXX_STD);
+        if let Some(nvcc) = nvcc::find(&found.cuda_include, cuda, deps.as_deref()) {
+            println!("cargo:nvcc={}", nvcc.display());
+        }
+    }
     Ok(())
 }
 
 /// `bundled-bindings`: installs the snapshot where the headers found (`nccl`, `cuda`: their versions) are
-/// its NCCL version and CUDA major version, and has the shim's compile check that each struct it fills has
-/// the size and field offsets of the snapshot's Rust type (the same version number does not make the same
-/// structs: a patched or mislabelled nccl.h). Returns what a failed compile of the shim then means.
+/// its NCCL version and CUDA major version, and has the shims' compiles check that each struct they fill
+/// (`filled` by shim/shim.c, the device API's by shim/device.cc) has the size and field offsets of the
+/// snapshot's Rust type (the same version number does not make the same structs: a patched or mislabelled
+/// nccl.h). Returns what a failed compile of the shim then means.
 fn use_snapshot(
     snapshot: &Snapshot,
     (nccl, cuda): (HeaderVersion, u32),
     found: &find::Found,
-    filled: &[&str],
+    (filled, device): (&[&str], Option<&device::Device>),
     out_dir: &Path,
     shim: &mut cc::Build,
 ) -> Result<String, String> {
@@ -188,9 +225,16 @@ fn use_snapshot(
         ));
     }
     shim.define("METRALE_BUNDLED_BINDINGS", None);
-    let (checks, summary) = snapshot.layout_checks(filled);
+    let (checks, mut summary) = snapshot.layout_checks(filled, "_Static_assert");
     let path = out_dir.join(snapshot::LAYOUT_CHECKS);
     std::fs::write(&path, checks).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    if let Some(device) = device {
+        let (checks, device_summary) = snapshot.layout_checks(&device.filled(), "static_assert");
+        let path = out_dir.join(snapshot::DEVICE_LAYOUT_CHECKS);
+        std::fs::write(&path, checks)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        summary.extend(device_summary);
+    }
     Ok(format!(
         "\nWith `bundled-bindings` the shim checks that each struct it fills has the size and field offsets \
          of the bundled snapshot's Rust type ({}); the `_Static_assert` above names the struct or field \
@@ -215,6 +259,8 @@ fn required(name: &str) -> Result<std::ffi::OsString, String> {
 /// What bindgen translates, and where its output goes.
 #[cfg_attr(not(feature = "bindgen"), allow(dead_code))]
 struct Inputs<'a> {
+    /// The device API, where the headers have it (NCCL 2.28+).
+    device: Option<&'a device::Device>,
     wrapper: &'a Path,
     shim_header: &'a Path,
     include_dirs: &'a [PathBuf],
@@ -323,7 +369,13 @@ fn emit_version(nccl: HeaderVersion, cuda: u32, found: Option<&find::Found>, out
 /// as a macro instead of a function (2.30+'s `ncclResetDebugInit`), or an initializer only some versions
 /// have. Only these are set, and check-cfg accepts no other name, so a misspelt one warns instead of being
 /// silently false.
-const ASKED_MACROS: &[&str] = &["ncclResetDebugInit", "NCCL_COLLCONFIG_INITIALIZER"];
+const ASKED_MACROS: &[&str] = &[
+    "ncclResetDebugInit",
+    "NCCL_COLLCONFIG_INITIALIZER",
+    // The device API's (nccl_device.h, 2.29+), found by its C++ preprocessor run (`device.rs`).
+    "NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER",
+    "NCCL_COMM_PROPERTIES_INITIALIZER",
+];
 
 /// `cfg(nccl_macro = "NAME")` for each of [`ASKED_MACROS`] the preprocessor saw. And for dependents
 /// (systest): the initializers the shim turned into `Default`s.
@@ -335,4 +387,12 @@ fn emit_macros(macros: &header::Macros, out_dir: &Path) {
         "cargo:initializers={}",
         out_dir.join(initializers::RUST_FILE).display()
     );
+}
+
+/// `cfg(nccl_device_api)`: the bindings include `device.rs`, NCCL 2.28+'s device API.
+fn emit_device_api(present: bool) {
+    println!("cargo:rustc-check-cfg=cfg(nccl_device_api)");
+    if present {
+        println!("cargo:rustc-cfg=nccl_device_api");
+    }
 }

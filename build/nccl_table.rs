@@ -14,21 +14,20 @@ use crate::print::{docs, file, safety};
 
 /// How a call of a function the loaded library lacks returns, by the function's return type: the crate's
 /// status for `ncclResult_t`, a static text for a C string (`ncclGetErrorString`, `ncclGetLastError`),
-/// nothing for a function that returns nothing (`ncclResetDebugInit`): what follows its `return`.
-fn missing_return(f: &Function, index: &Literal) -> Result<TokenStream, String> {
+/// nothing for a function that returns nothing (`ncclResetDebugInit`): the statement its resolver runs
+/// then. A function that returns no status (the device API's `ncclTeamLsa`, `ncclTeamRankToWorld`) has no
+/// value that could say so: its call ends the process with a message naming it, as the dynamic linker
+/// ends a linked build's.
+fn missing_return(f: &Function, index: &Literal) -> TokenStream {
     let Some(ret) = f.ret else {
-        return Ok(TokenStream::new());
+        return quote!(return;);
     };
     let status: syn::Type = syn::parse_quote!(ncclResult_t);
     let text: syn::Type = syn::parse_quote!(*const ::std::os::raw::c_char);
     match key(ret) {
-        k if k == key(&status) => Ok(quote!(crate::loader::missing_status(#index))),
-        k if k == key(&text) => Ok(quote!(crate::loader::missing_text())),
-        other => Err(format!(
-            "nccl.h declares {} returning {other}: build/nccl_table.rs knows what a call of a missing function \
-             returns only for ncclResult_t, const char * and void (add that type's case there)",
-            f.name
-        )),
+        k if k == key(&status) => quote!(return crate::loader::missing_status(#index);),
+        k if k == key(&text) => quote!(return crate::loader::missing_text();),
+        _ => quote!(crate::loader::missing_abort(#index)),
     }
 }
 
@@ -62,7 +61,7 @@ pub fn generate(bindings: &syn::File) -> Result<String, String> {
         let params: Vec<TokenStream> = f.params.iter().map(|(n, t)| quote!(#n: #t)).collect();
         let args: Vec<&syn::Ident> = f.params.iter().map(|(n, _)| *n).collect();
         let ret = f.ret.map(|r| quote!(-> #r));
-        let missing = missing_return(f, &index)?;
+        let missing = missing_return(f, &index);
         let slot_safety = safety(&format!(
             "slot {i} holds `{name}`'s resolver or the function libnccl exports as `{name}`, both of the \
              signature nccl.h declares for it; the caller upholds nccl.h's contract for the call."
@@ -93,7 +92,7 @@ pub fn generate(bindings: &syn::File) -> Result<String, String> {
             #doc
             pub(super) unsafe extern "C" fn #name(#(#params),*) #ret {
                 let Some(f) = crate::loader::resolve(&SLOTS[#index], NAMES[#index]) else {
-                    return #missing;
+                    #missing
                 };
                 #found_safety
                 unsafe { ::core::mem::transmute::<*mut (), signatures::#name>(f)(#(#args),*) }

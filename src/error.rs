@@ -75,6 +75,26 @@ pub enum GpuError {
         /// The loaded library's file.
         library_path: String,
     },
+    /// A kernel image has no code the GPU can run (`cuModuleLoadData`: `CUDA_ERROR_NO_BINARY_FOR_GPU`, or
+    /// PTX the driver cannot compile): it was built for another architecture.
+    KernelImage {
+        /// The call that failed.
+        context: String,
+        /// The device ordinal the image was loaded on.
+        device: i32,
+        /// The GPU's compute capability (major, minor), where the driver told it.
+        compute_capability: Option<(i32, i32)>,
+        /// The code the driver returned.
+        code: CUresult,
+    },
+    /// A communicator that cannot serve NCCL's device API (`ncclCommQueryProperties`): no device
+    /// communicator, window pointer or kernel of the device API works with it.
+    DeviceApiUnsupported {
+        /// The call that needed it.
+        context: String,
+        /// What the communicator's properties say, and what to do.
+        reason: String,
+    },
     /// The loaded libnccl is older than the nccl.h this crate was generated from.
     VersionSkew {
         /// The version of the headers the bindings come from.
@@ -147,6 +167,38 @@ impl fmt::Display for GpuError {
                     ),
                     None => write!(f, ": update the driver"),
                 }
+            }
+            GpuError::KernelImage {
+                context,
+                device,
+                compute_capability,
+                code,
+            } => {
+                write!(
+                    f,
+                    "{context} failed: CUDA error {} {code}: the kernel image has no code that device {device}",
+                    code.0
+                )?;
+                match compute_capability {
+                    Some((major, minor)) => write!(
+                        f,
+                        " (compute capability {major}.{minor}) can run. Build the kernel for it (nvcc \
+                         -gencode arch=compute_{major}{minor},code=sm_{major}{minor}), or embed PTX for \
+                         compute_{major}{minor} or older (code=compute_{major}{minor}) from a CUDA toolkit no \
+                         newer than the driver"
+                    ),
+                    None => write!(
+                        f,
+                        " can run. Build the kernel for the GPU's architecture (nvcc -gencode \
+                         arch=compute_XY,code=sm_XY; `nvidia-smi --query-gpu=compute_cap --format=csv` names it)"
+                    ),
+                }
+            }
+            GpuError::DeviceApiUnsupported { context, reason } => {
+                write!(
+                    f,
+                    "{context}: this communicator cannot use NCCL's device API: {reason}"
+                )
             }
             GpuError::NcclUnavailable { context, search } => {
                 write!(f, "{context} needs libnccl, which is unavailable: {search}")

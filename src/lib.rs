@@ -11,6 +11,8 @@
 //! - [`loader`]: libnccl, loaded at run time by default (feature `link` links it instead): the process's
 //!   one libnccl, where it is searched, and what a call that cannot reach it returns (docs/loading.md).
 //! - [`version`]: the headers' NCCL version against the loaded library's, the library's file and search.
+//! - `device` (NCCL 2.28+ headers): NCCL's device API, for kernels that communicate by themselves
+//!   (`docs/device-api.md`).
 //!
 //! Waits with a deadline that give up on the communicators (abort, or revoke with NCCL 2.29+) instead of
 //! hanging are the sibling crate `metrale-gpu-watchdog` (`crates/watchdog/` in this workspace), built on this one.
@@ -127,13 +129,17 @@ pub mod bindings {
         clippy::undocumented_unsafe_blocks,
         clippy::useless_transmute,
         clippy::ptr_offset_with_cast,
-        // nccl.h's comments, carried over as they are.
+        // nccl.h's and cuda.h's comments, carried over as they are (CUdevice_attribute's name a URL).
         clippy::doc_lazy_continuation,
+        rustdoc::bare_urls,
         // The loaded functions keep bindgen's `#[must_use]` as its declarations have it (feature `link`).
         clippy::double_must_use
     )]
     #[cfg(feature = "link")]
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+    // NCCL 2.28+'s device API (nccl_device.h): its host functions and the types they take.
+    #[cfg(all(feature = "link", nccl_device_api))]
+    include!(concat!(env!("OUT_DIR"), "/device.rs"));
 
     // Loaded at run time (the default): bindgen's types and constants come through this glob, and its
     // `nccl*` declarations are shadowed by the loaded functions of the same names and signatures below,
@@ -145,6 +151,8 @@ pub mod bindings {
     mod declared {
         #![allow(clippy::all)]
         include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+        #[cfg(nccl_device_api)]
+        include!(concat!(env!("OUT_DIR"), "/device.rs"));
     }
     #[cfg(not(feature = "link"))]
     include!(concat!(env!("OUT_DIR"), "/nccl_loaded.rs"));
@@ -154,6 +162,8 @@ mod build_info;
 mod c_text;
 mod check;
 pub mod cuda;
+#[cfg(nccl_device_api)]
+pub mod device;
 mod dladdr;
 mod error;
 mod initializers;

@@ -1,5 +1,5 @@
 //! The committed bindings snapshot (src/snapshot/, used by docs.rs and the `bundled-bindings` feature) is
-//! exactly what the build generates from the pinned headers (bindgen's two files, the facts the bundled
+//! exactly what the build generates from the pinned headers (bindgen's files, the facts the bundled
 //! build checks, and the initializer list): it can never drift. `ci/regen` rewrites it.
 
 use metrale_gpu_sys::version::build_info::PINNED_NCCL as PINNED;
@@ -23,7 +23,8 @@ fn the_snapshot_is_what_bindgen_generates_from_the_pinned_headers() {
             NcclVersion::HEADERS
         ));
     }
-    for (file, generated, committed) in [
+    #[cfg_attr(not(nccl_device_api), allow(unused_mut))]
+    let mut files = vec![
         (
             "bindings.rs",
             include_str!(concat!(env!("OUT_DIR"), "/bindings.rs")),
@@ -49,7 +50,15 @@ fn the_snapshot_is_what_bindgen_generates_from_the_pinned_headers() {
             include_str!(concat!(env!("OUT_DIR"), "/initializers.rs")),
             include_str!("../src/snapshot/initializers.rs"),
         ),
-    ] {
+    ];
+    // The device API's bindings, where the headers have it (the pinned ones do).
+    #[cfg(nccl_device_api)]
+    files.push((
+        "device.rs",
+        include_str!(concat!(env!("OUT_DIR"), "/device.rs")),
+        include_str!("../src/snapshot/device.rs"),
+    ));
+    for (file, generated, committed) in files {
         let first_difference = generated
             .lines()
             .zip(committed.lines())

@@ -27,7 +27,8 @@
 //! The driver's items are reachable here, at `cuda::`, and only here ([`check_cuda`] also at the old
 //! `nccl::` path; the `CU…` types are [`bindings`](crate::bindings)' own, re-exported). The private files
 //! behind it hold one concern each: the generated table (`table.rs`), loading the driver (`loader.rs`),
-//! naming a `CUresult` (`status.rs`), [`check_cuda`] (`check.rs`) and the primary contexts (`context.rs`).
+//! naming a `CUresult` (`status.rs`), [`check_cuda`] (`check.rs`), the primary contexts (`context.rs`)
+//! and kernels of one's own, loaded from a compiled image and launched (`module.rs`: [`Module`]).
 //!
 //! [`GpuError::DriverUnavailable`]: crate::nccl::GpuError::DriverUnavailable
 //! [`GpuError::DriverFunctionMissing`]: crate::nccl::GpuError::DriverFunctionMissing
@@ -35,14 +36,17 @@
 mod check;
 mod context;
 mod loader;
+mod module;
 mod status;
 mod table;
 
 pub use crate::bindings::{
-    CUcontext, CUdevice, CUdeviceptr, CUevent, CUevent_flags, CUgraph, CUgraphExec, CUresult,
-    CUstream, CUstreamCaptureMode, CUstream_flags, CUDA_VERSION,
+    CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUevent, CUevent_flags, CUfunction,
+    CUgraph, CUgraphExec, CUmodule, CUresult, CUstream, CUstreamCaptureMode, CUstream_flags,
+    CUDA_VERSION,
 };
 pub use check::{check_cuda, CudaStatus};
 pub use context::use_device;
 pub use loader::{driver, DRIVER_LIBRARY};
+pub use module::{arg, Kernel, LaunchConfig, Module};
 pub use table::{DriverApi, REQUIRED_FUNCTIONS};

@@ -122,6 +122,21 @@ pub(crate) fn missing_text() -> *const c_char {
     MISSING_TEXT.as_ptr()
 }
 
+/// What a call of function `index` that returns no status (the device API's `ncclTeamLsa`) does when it
+/// cannot reach the library: no value of its type could say so, so it ends the process with the error
+/// [`missing_error`] gives for the function, as the dynamic linker ends a linked build that lacks a
+/// symbol. Only a library older than the headers, accepted with [`ALLOW_OLDER_VAR`], lacks one.
+// Only the device API (NCCL 2.28+) declares functions that return no status.
+#[cfg_attr(not(nccl_device_api), allow(dead_code))]
+pub(crate) fn missing_abort(index: usize) -> ! {
+    let name = NAMES.get(index).copied().unwrap_or("an NCCL function");
+    match missing_error(missing_status(index), name) {
+        Some(error) => eprintln!("metrale-gpu-sys: {error}"),
+        None => eprintln!("metrale-gpu-sys: {name} is unavailable"),
+    }
+    std::process::abort()
+}
+
 /// The text of [`missing_text`].
 const MISSING_TEXT: &CStr =
     c"metrale-gpu-sys: this NCCL function is unavailable (no libnccl loaded, or the loaded \

@@ -155,6 +155,47 @@ pub struct DriverApi {
             hStream: CUstream,
         ) -> CUresult,
     >,
+    cuCtxGetDevice: ::std::option::Option<
+        unsafe extern "C" fn(device: *mut CUdevice) -> CUresult,
+    >,
+    cuDeviceGetAttribute: ::std::option::Option<
+        unsafe extern "C" fn(
+            pi: *mut ::std::os::raw::c_int,
+            attrib: CUdevice_attribute,
+            dev: CUdevice,
+        ) -> CUresult,
+    >,
+    cuModuleLoadData: ::std::option::Option<
+        unsafe extern "C" fn(
+            module: *mut CUmodule,
+            image: *const ::std::os::raw::c_void,
+        ) -> CUresult,
+    >,
+    cuModuleGetFunction: ::std::option::Option<
+        unsafe extern "C" fn(
+            hfunc: *mut CUfunction,
+            hmod: CUmodule,
+            name: *const ::std::os::raw::c_char,
+        ) -> CUresult,
+    >,
+    cuModuleUnload: ::std::option::Option<
+        unsafe extern "C" fn(hmod: CUmodule) -> CUresult,
+    >,
+    cuLaunchKernel: ::std::option::Option<
+        unsafe extern "C" fn(
+            f: CUfunction,
+            gridDimX: ::std::os::raw::c_uint,
+            gridDimY: ::std::os::raw::c_uint,
+            gridDimZ: ::std::os::raw::c_uint,
+            blockDimX: ::std::os::raw::c_uint,
+            blockDimY: ::std::os::raw::c_uint,
+            blockDimZ: ::std::os::raw::c_uint,
+            sharedMemBytes: ::std::os::raw::c_uint,
+            hStream: CUstream,
+            kernelParams: *mut *mut ::std::os::raw::c_void,
+            extra: *mut *mut ::std::os::raw::c_void,
+        ) -> CUresult,
+    >,
 }
 impl DriverApi {
     /// Resolves every function in `library`; `Err` names the first required one it lacks.
@@ -260,6 +301,18 @@ impl DriverApi {
                 .get(b"cuMemcpyDtoDAsync_v2\0")
                 .ok()
                 .map(|f| *f);
+            let cuCtxGetDevice = library.get(b"cuCtxGetDevice\0").ok().map(|f| *f);
+            let cuDeviceGetAttribute = library
+                .get(b"cuDeviceGetAttribute\0")
+                .ok()
+                .map(|f| *f);
+            let cuModuleLoadData = library.get(b"cuModuleLoadData\0").ok().map(|f| *f);
+            let cuModuleGetFunction = library
+                .get(b"cuModuleGetFunction\0")
+                .ok()
+                .map(|f| *f);
+            let cuModuleUnload = library.get(b"cuModuleUnload\0").ok().map(|f| *f);
+            let cuLaunchKernel = library.get(b"cuLaunchKernel\0").ok().map(|f| *f);
             Ok(DriverApi {
                 _library: library,
                 cuInit,
@@ -298,6 +351,12 @@ impl DriverApi {
                 cuMemcpyHtoDAsync_v2,
                 cuMemcpyDtoHAsync_v2,
                 cuMemcpyDtoDAsync_v2,
+                cuCtxGetDevice,
+                cuDeviceGetAttribute,
+                cuModuleLoadData,
+                cuModuleGetFunction,
+                cuModuleUnload,
+                cuLaunchKernel,
             })
         }
     }
@@ -477,11 +536,11 @@ impl DriverApi {
         &self,
         count: *mut ::std::os::raw::c_int,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuDeviceGetCount else {
+        let Some(function) = self.cuDeviceGetCount else {
             return Err(self.missing("cuDeviceGetCount", Some(2000)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(count) })
+        Ok(unsafe { function(count) })
     }
     /// `cuDeviceGetName` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -494,11 +553,11 @@ impl DriverApi {
         len: ::std::os::raw::c_int,
         dev: CUdevice,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuDeviceGetName else {
+        let Some(function) = self.cuDeviceGetName else {
             return Err(self.missing("cuDeviceGetName", Some(2000)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(name, len, dev) })
+        Ok(unsafe { function(name, len, dev) })
     }
     /// `cuCtxGetCurrent` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -509,11 +568,11 @@ impl DriverApi {
         &self,
         pctx: *mut CUcontext,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuCtxGetCurrent else {
+        let Some(function) = self.cuCtxGetCurrent else {
             return Err(self.missing("cuCtxGetCurrent", Some(4000)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(pctx) })
+        Ok(unsafe { function(pctx) })
     }
     /// `cuStreamBeginCapture_v2` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -525,11 +584,11 @@ impl DriverApi {
         hStream: CUstream,
         mode: CUstreamCaptureMode,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuStreamBeginCapture_v2 else {
+        let Some(function) = self.cuStreamBeginCapture_v2 else {
             return Err(self.missing("cuStreamBeginCapture_v2", Some(10010)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(hStream, mode) })
+        Ok(unsafe { function(hStream, mode) })
     }
     /// `cuStreamEndCapture` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -541,11 +600,11 @@ impl DriverApi {
         hStream: CUstream,
         phGraph: *mut CUgraph,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuStreamEndCapture else {
+        let Some(function) = self.cuStreamEndCapture else {
             return Err(self.missing("cuStreamEndCapture", Some(10000)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(hStream, phGraph) })
+        Ok(unsafe { function(hStream, phGraph) })
     }
     /// `cuEventSynchronize` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -556,11 +615,11 @@ impl DriverApi {
         &self,
         hEvent: CUevent,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuEventSynchronize else {
+        let Some(function) = self.cuEventSynchronize else {
             return Err(self.missing("cuEventSynchronize", Some(2000)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(hEvent) })
+        Ok(unsafe { function(hEvent) })
     }
     /// `cuEventElapsedTime_v2`, else `cuEventElapsedTime` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -573,11 +632,11 @@ impl DriverApi {
         hStart: CUevent,
         hEnd: CUevent,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuEventElapsedTime else {
+        let Some(function) = self.cuEventElapsedTime else {
             return Err(self.missing("cuEventElapsedTime", Some(2000)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(pMilliseconds, hStart, hEnd) })
+        Ok(unsafe { function(pMilliseconds, hStart, hEnd) })
     }
     /// `cuMemGetInfo_v2` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -589,11 +648,11 @@ impl DriverApi {
         free: *mut usize,
         total: *mut usize,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuMemGetInfo_v2 else {
+        let Some(function) = self.cuMemGetInfo_v2 else {
             return Err(self.missing("cuMemGetInfo_v2", Some(3020)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(free, total) })
+        Ok(unsafe { function(free, total) })
     }
     /// `cuMemAlloc_v2` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -605,11 +664,11 @@ impl DriverApi {
         dptr: *mut CUdeviceptr,
         bytesize: usize,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuMemAlloc_v2 else {
+        let Some(function) = self.cuMemAlloc_v2 else {
             return Err(self.missing("cuMemAlloc_v2", Some(3020)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(dptr, bytesize) })
+        Ok(unsafe { function(dptr, bytesize) })
     }
     /// `cuMemFree_v2` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -617,11 +676,11 @@ impl DriverApi {
     /// As cuda.h documents for `cuMemFree_v2`.
     #[inline]
     pub unsafe fn cuMemFree_v2(&self, dptr: CUdeviceptr) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuMemFree_v2 else {
+        let Some(function) = self.cuMemFree_v2 else {
             return Err(self.missing("cuMemFree_v2", Some(3020)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(dptr) })
+        Ok(unsafe { function(dptr) })
     }
     /// `cuMemcpyHtoD_v2` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -634,11 +693,11 @@ impl DriverApi {
         srcHost: *const ::std::os::raw::c_void,
         ByteCount: usize,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuMemcpyHtoD_v2 else {
+        let Some(function) = self.cuMemcpyHtoD_v2 else {
             return Err(self.missing("cuMemcpyHtoD_v2", Some(3020)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(dstDevice, srcHost, ByteCount) })
+        Ok(unsafe { function(dstDevice, srcHost, ByteCount) })
     }
     /// `cuMemcpyDtoH_v2` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -651,11 +710,11 @@ impl DriverApi {
         srcDevice: CUdeviceptr,
         ByteCount: usize,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuMemcpyDtoH_v2 else {
+        let Some(function) = self.cuMemcpyDtoH_v2 else {
             return Err(self.missing("cuMemcpyDtoH_v2", Some(3020)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(dstHost, srcDevice, ByteCount) })
+        Ok(unsafe { function(dstHost, srcDevice, ByteCount) })
     }
     /// `cuMemsetD8_v2` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -668,11 +727,11 @@ impl DriverApi {
         uc: ::std::os::raw::c_uchar,
         N: usize,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuMemsetD8_v2 else {
+        let Some(function) = self.cuMemsetD8_v2 else {
             return Err(self.missing("cuMemsetD8_v2", Some(3020)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(dstDevice, uc, N) })
+        Ok(unsafe { function(dstDevice, uc, N) })
     }
     /// `cuMemsetD8Async` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -686,11 +745,11 @@ impl DriverApi {
         N: usize,
         hStream: CUstream,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuMemsetD8Async else {
+        let Some(function) = self.cuMemsetD8Async else {
             return Err(self.missing("cuMemsetD8Async", Some(3020)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(dstDevice, uc, N, hStream) })
+        Ok(unsafe { function(dstDevice, uc, N, hStream) })
     }
     /// `cuGraphInstantiateWithFlags` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -703,11 +762,11 @@ impl DriverApi {
         hGraph: CUgraph,
         flags: ::std::os::raw::c_ulonglong,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuGraphInstantiateWithFlags else {
+        let Some(function) = self.cuGraphInstantiateWithFlags else {
             return Err(self.missing("cuGraphInstantiateWithFlags", Some(11040)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(phGraphExec, hGraph, flags) })
+        Ok(unsafe { function(phGraphExec, hGraph, flags) })
     }
     /// `cuGraphLaunch` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -719,11 +778,11 @@ impl DriverApi {
         hGraphExec: CUgraphExec,
         hStream: CUstream,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuGraphLaunch else {
+        let Some(function) = self.cuGraphLaunch else {
             return Err(self.missing("cuGraphLaunch", Some(10000)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(hGraphExec, hStream) })
+        Ok(unsafe { function(hGraphExec, hStream) })
     }
     /// `cuGraphDestroy` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -731,11 +790,11 @@ impl DriverApi {
     /// As cuda.h documents for `cuGraphDestroy`.
     #[inline]
     pub unsafe fn cuGraphDestroy(&self, hGraph: CUgraph) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuGraphDestroy else {
+        let Some(function) = self.cuGraphDestroy else {
             return Err(self.missing("cuGraphDestroy", Some(10000)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(hGraph) })
+        Ok(unsafe { function(hGraph) })
     }
     /// `cuGraphExecDestroy` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -746,11 +805,11 @@ impl DriverApi {
         &self,
         hGraphExec: CUgraphExec,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuGraphExecDestroy else {
+        let Some(function) = self.cuGraphExecDestroy else {
             return Err(self.missing("cuGraphExecDestroy", Some(10000)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(hGraphExec) })
+        Ok(unsafe { function(hGraphExec) })
     }
     /// `cuMemcpyHtoDAsync_v2` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -764,11 +823,11 @@ impl DriverApi {
         ByteCount: usize,
         hStream: CUstream,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuMemcpyHtoDAsync_v2 else {
+        let Some(function) = self.cuMemcpyHtoDAsync_v2 else {
             return Err(self.missing("cuMemcpyHtoDAsync_v2", Some(3020)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(dstDevice, srcHost, ByteCount, hStream) })
+        Ok(unsafe { function(dstDevice, srcHost, ByteCount, hStream) })
     }
     /// `cuMemcpyDtoHAsync_v2` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -782,11 +841,11 @@ impl DriverApi {
         ByteCount: usize,
         hStream: CUstream,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuMemcpyDtoHAsync_v2 else {
+        let Some(function) = self.cuMemcpyDtoHAsync_v2 else {
             return Err(self.missing("cuMemcpyDtoHAsync_v2", Some(3020)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(dstHost, srcDevice, ByteCount, hStream) })
+        Ok(unsafe { function(dstHost, srcDevice, ByteCount, hStream) })
     }
     /// `cuMemcpyDtoDAsync_v2` (optional): `Err` when the loaded driver lacks it.
     ///
@@ -800,11 +859,127 @@ impl DriverApi {
         ByteCount: usize,
         hStream: CUstream,
     ) -> Result<CUresult, GpuError> {
-        let Some(f) = self.cuMemcpyDtoDAsync_v2 else {
+        let Some(function) = self.cuMemcpyDtoDAsync_v2 else {
             return Err(self.missing("cuMemcpyDtoDAsync_v2", Some(3020)));
         };
         // SAFETY: the caller upholds cuda.h's contract for the call.
-        Ok(unsafe { f(dstDevice, srcDevice, ByteCount, hStream) })
+        Ok(unsafe { function(dstDevice, srcDevice, ByteCount, hStream) })
+    }
+    /// `cuCtxGetDevice` (optional): `Err` when the loaded driver lacks it.
+    ///
+    /// # Safety
+    /// As cuda.h documents for `cuCtxGetDevice`.
+    #[inline]
+    pub unsafe fn cuCtxGetDevice(
+        &self,
+        device: *mut CUdevice,
+    ) -> Result<CUresult, GpuError> {
+        let Some(function) = self.cuCtxGetDevice else {
+            return Err(self.missing("cuCtxGetDevice", Some(2000)));
+        };
+        // SAFETY: the caller upholds cuda.h's contract for the call.
+        Ok(unsafe { function(device) })
+    }
+    /// `cuDeviceGetAttribute` (optional): `Err` when the loaded driver lacks it.
+    ///
+    /// # Safety
+    /// As cuda.h documents for `cuDeviceGetAttribute`.
+    #[inline]
+    pub unsafe fn cuDeviceGetAttribute(
+        &self,
+        pi: *mut ::std::os::raw::c_int,
+        attrib: CUdevice_attribute,
+        dev: CUdevice,
+    ) -> Result<CUresult, GpuError> {
+        let Some(function) = self.cuDeviceGetAttribute else {
+            return Err(self.missing("cuDeviceGetAttribute", Some(2000)));
+        };
+        // SAFETY: the caller upholds cuda.h's contract for the call.
+        Ok(unsafe { function(pi, attrib, dev) })
+    }
+    /// `cuModuleLoadData` (optional): `Err` when the loaded driver lacks it.
+    ///
+    /// # Safety
+    /// As cuda.h documents for `cuModuleLoadData`.
+    #[inline]
+    pub unsafe fn cuModuleLoadData(
+        &self,
+        module: *mut CUmodule,
+        image: *const ::std::os::raw::c_void,
+    ) -> Result<CUresult, GpuError> {
+        let Some(function) = self.cuModuleLoadData else {
+            return Err(self.missing("cuModuleLoadData", Some(2000)));
+        };
+        // SAFETY: the caller upholds cuda.h's contract for the call.
+        Ok(unsafe { function(module, image) })
+    }
+    /// `cuModuleGetFunction` (optional): `Err` when the loaded driver lacks it.
+    ///
+    /// # Safety
+    /// As cuda.h documents for `cuModuleGetFunction`.
+    #[inline]
+    pub unsafe fn cuModuleGetFunction(
+        &self,
+        hfunc: *mut CUfunction,
+        hmod: CUmodule,
+        name: *const ::std::os::raw::c_char,
+    ) -> Result<CUresult, GpuError> {
+        let Some(function) = self.cuModuleGetFunction else {
+            return Err(self.missing("cuModuleGetFunction", Some(2000)));
+        };
+        // SAFETY: the caller upholds cuda.h's contract for the call.
+        Ok(unsafe { function(hfunc, hmod, name) })
+    }
+    /// `cuModuleUnload` (optional): `Err` when the loaded driver lacks it.
+    ///
+    /// # Safety
+    /// As cuda.h documents for `cuModuleUnload`.
+    #[inline]
+    pub unsafe fn cuModuleUnload(&self, hmod: CUmodule) -> Result<CUresult, GpuError> {
+        let Some(function) = self.cuModuleUnload else {
+            return Err(self.missing("cuModuleUnload", Some(2000)));
+        };
+        // SAFETY: the caller upholds cuda.h's contract for the call.
+        Ok(unsafe { function(hmod) })
+    }
+    /// `cuLaunchKernel` (optional): `Err` when the loaded driver lacks it.
+    ///
+    /// # Safety
+    /// As cuda.h documents for `cuLaunchKernel`.
+    #[inline]
+    pub unsafe fn cuLaunchKernel(
+        &self,
+        f: CUfunction,
+        gridDimX: ::std::os::raw::c_uint,
+        gridDimY: ::std::os::raw::c_uint,
+        gridDimZ: ::std::os::raw::c_uint,
+        blockDimX: ::std::os::raw::c_uint,
+        blockDimY: ::std::os::raw::c_uint,
+        blockDimZ: ::std::os::raw::c_uint,
+        sharedMemBytes: ::std::os::raw::c_uint,
+        hStream: CUstream,
+        kernelParams: *mut *mut ::std::os::raw::c_void,
+        extra: *mut *mut ::std::os::raw::c_void,
+    ) -> Result<CUresult, GpuError> {
+        let Some(function) = self.cuLaunchKernel else {
+            return Err(self.missing("cuLaunchKernel", Some(4000)));
+        };
+        // SAFETY: the caller upholds cuda.h's contract for the call.
+        Ok(unsafe {
+            function(
+                f,
+                gridDimX,
+                gridDimY,
+                gridDimZ,
+                blockDimX,
+                blockDimY,
+                blockDimZ,
+                sharedMemBytes,
+                hStream,
+                kernelParams,
+                extra,
+            )
+        })
     }
 }
 /// The required functions, and the CUDA version that introduced each (from cudaTypedefs.h).

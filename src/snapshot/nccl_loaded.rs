@@ -1249,11 +1249,314 @@ pub unsafe extern "C" fn ncclGroupSimulateEnd(
         f(simInfo)
     }
 }
+#[must_use]
+#[inline]
+pub unsafe extern "C" fn ncclCommQueryProperties(
+    arg1: ncclComm_t,
+    arg2: *mut ncclCommProperties_t,
+) -> ncclResult_t {
+    // SAFETY: slot 50 holds `ncclCommQueryProperties`'s resolver or the function libnccl exports as
+    // `ncclCommQueryProperties`, both of the signature nccl.h declares for it; the caller upholds nccl.h's
+    // contract for the call.
+    unsafe {
+        let slot = loaded_functions::SLOTS[50]
+            .load(::core::sync::atomic::Ordering::Acquire);
+        let f = ::core::mem::transmute::<
+            *mut (),
+            loaded_functions::signatures::ncclCommQueryProperties,
+        >(slot);
+        f(arg1, arg2)
+    }
+}
+#[must_use]
+#[inline]
+pub unsafe extern "C" fn ncclDevCommCreate(
+    arg1: ncclComm_t,
+    arg2: *const ncclDevCommRequirements_t,
+    outDevComm: *mut ncclDevComm_t,
+) -> ncclResult_t {
+    // SAFETY: slot 51 holds `ncclDevCommCreate`'s resolver or the function libnccl exports as
+    // `ncclDevCommCreate`, both of the signature nccl.h declares for it; the caller upholds nccl.h's
+    // contract for the call.
+    unsafe {
+        let slot = loaded_functions::SLOTS[51]
+            .load(::core::sync::atomic::Ordering::Acquire);
+        let f = ::core::mem::transmute::<
+            *mut (),
+            loaded_functions::signatures::ncclDevCommCreate,
+        >(slot);
+        f(arg1, arg2, outDevComm)
+    }
+}
+#[must_use]
+#[inline]
+pub unsafe extern "C" fn ncclDevCommDestroy(
+    arg1: ncclComm_t,
+    devComm: *const ncclDevComm_t,
+) -> ncclResult_t {
+    // SAFETY: slot 52 holds `ncclDevCommDestroy`'s resolver or the function libnccl exports as
+    // `ncclDevCommDestroy`, both of the signature nccl.h declares for it; the caller upholds nccl.h's
+    // contract for the call.
+    unsafe {
+        let slot = loaded_functions::SLOTS[52]
+            .load(::core::sync::atomic::Ordering::Acquire);
+        let f = ::core::mem::transmute::<
+            *mut (),
+            loaded_functions::signatures::ncclDevCommDestroy,
+        >(slot);
+        f(arg1, devComm)
+    }
+}
+#[must_use]
+#[inline]
+pub unsafe extern "C" fn ncclGetLsaMultimemDevicePointer(
+    window: ncclWindow_t,
+    offset: usize,
+    outPtr: *mut *mut ::std::os::raw::c_void,
+) -> ncclResult_t {
+    // SAFETY: slot 53 holds `ncclGetLsaMultimemDevicePointer`'s resolver or the function libnccl exports
+    // as `ncclGetLsaMultimemDevicePointer`, both of the signature nccl.h declares for it; the caller
+    // upholds nccl.h's contract for the call.
+    unsafe {
+        let slot = loaded_functions::SLOTS[53]
+            .load(::core::sync::atomic::Ordering::Acquire);
+        let f = ::core::mem::transmute::<
+            *mut (),
+            loaded_functions::signatures::ncclGetLsaMultimemDevicePointer,
+        >(slot);
+        f(window, offset, outPtr)
+    }
+}
+#[must_use]
+#[inline]
+pub unsafe extern "C" fn ncclGetMultimemDevicePointer(
+    window: ncclWindow_t,
+    offset: usize,
+    multimem: ncclMultimemHandle,
+    outPtr: *mut *mut ::std::os::raw::c_void,
+) -> ncclResult_t {
+    // SAFETY: slot 54 holds `ncclGetMultimemDevicePointer`'s resolver or the function libnccl exports as
+    // `ncclGetMultimemDevicePointer`, both of the signature nccl.h declares for it; the caller upholds
+    // nccl.h's contract for the call.
+    unsafe {
+        let slot = loaded_functions::SLOTS[54]
+            .load(::core::sync::atomic::Ordering::Acquire);
+        let f = ::core::mem::transmute::<
+            *mut (),
+            loaded_functions::signatures::ncclGetMultimemDevicePointer,
+        >(slot);
+        f(window, offset, multimem, outPtr)
+    }
+}
+#[must_use]
+#[inline]
+pub unsafe extern "C" fn ncclGetLsaDevicePointer(
+    window: ncclWindow_t,
+    offset: usize,
+    lsaRank: ::std::os::raw::c_int,
+    outPtr: *mut *mut ::std::os::raw::c_void,
+) -> ncclResult_t {
+    // SAFETY: slot 55 holds `ncclGetLsaDevicePointer`'s resolver or the function libnccl exports as
+    // `ncclGetLsaDevicePointer`, both of the signature nccl.h declares for it; the caller upholds nccl.h's
+    // contract for the call.
+    unsafe {
+        let slot = loaded_functions::SLOTS[55]
+            .load(::core::sync::atomic::Ordering::Acquire);
+        let f = ::core::mem::transmute::<
+            *mut (),
+            loaded_functions::signatures::ncclGetLsaDevicePointer,
+        >(slot);
+        f(window, offset, lsaRank, outPtr)
+    }
+}
+#[must_use]
+#[inline]
+pub unsafe extern "C" fn ncclGetPeerDevicePointer(
+    window: ncclWindow_t,
+    offset: usize,
+    peer: ::std::os::raw::c_int,
+    outPtr: *mut *mut ::std::os::raw::c_void,
+) -> ncclResult_t {
+    // SAFETY: slot 56 holds `ncclGetPeerDevicePointer`'s resolver or the function libnccl exports as
+    // `ncclGetPeerDevicePointer`, both of the signature nccl.h declares for it; the caller upholds
+    // nccl.h's contract for the call.
+    unsafe {
+        let slot = loaded_functions::SLOTS[56]
+            .load(::core::sync::atomic::Ordering::Acquire);
+        let f = ::core::mem::transmute::<
+            *mut (),
+            loaded_functions::signatures::ncclGetPeerDevicePointer,
+        >(slot);
+        f(window, offset, peer, outPtr)
+    }
+}
+#[inline]
+pub unsafe extern "C" fn ncclTeamWorld(arg1: ncclComm_t) -> ncclTeam_t {
+    // SAFETY: slot 57 holds `ncclTeamWorld`'s resolver or the function libnccl exports as `ncclTeamWorld`,
+    // both of the signature nccl.h declares for it; the caller upholds nccl.h's contract for the call.
+    unsafe {
+        let slot = loaded_functions::SLOTS[57]
+            .load(::core::sync::atomic::Ordering::Acquire);
+        let f = ::core::mem::transmute::<
+            *mut (),
+            loaded_functions::signatures::ncclTeamWorld,
+        >(slot);
+        f(arg1)
+    }
+}
+#[inline]
+pub unsafe extern "C" fn ncclTeamLsa(arg1: ncclComm_t) -> ncclTeam_t {
+    // SAFETY: slot 58 holds `ncclTeamLsa`'s resolver or the function libnccl exports as `ncclTeamLsa`,
+    // both of the signature nccl.h declares for it; the caller upholds nccl.h's contract for the call.
+    unsafe {
+        let slot = loaded_functions::SLOTS[58]
+            .load(::core::sync::atomic::Ordering::Acquire);
+        let f = ::core::mem::transmute::<
+            *mut (),
+            loaded_functions::signatures::ncclTeamLsa,
+        >(slot);
+        f(arg1)
+    }
+}
+#[inline]
+pub unsafe extern "C" fn ncclTeamRankToWorld(
+    arg1: ncclComm_t,
+    arg2: ncclTeam_t,
+    rank: ::std::os::raw::c_int,
+) -> ::std::os::raw::c_int {
+    // SAFETY: slot 59 holds `ncclTeamRankToWorld`'s resolver or the function libnccl exports as
+    // `ncclTeamRankToWorld`, both of the signature nccl.h declares for it; the caller upholds nccl.h's
+    // contract for the call.
+    unsafe {
+        let slot = loaded_functions::SLOTS[59]
+            .load(::core::sync::atomic::Ordering::Acquire);
+        let f = ::core::mem::transmute::<
+            *mut (),
+            loaded_functions::signatures::ncclTeamRankToWorld,
+        >(slot);
+        f(arg1, arg2, rank)
+    }
+}
+#[inline]
+pub unsafe extern "C" fn ncclTeamRankToLsa(
+    arg1: ncclComm_t,
+    arg2: ncclTeam_t,
+    rank: ::std::os::raw::c_int,
+) -> ::std::os::raw::c_int {
+    // SAFETY: slot 60 holds `ncclTeamRankToLsa`'s resolver or the function libnccl exports as
+    // `ncclTeamRankToLsa`, both of the signature nccl.h declares for it; the caller upholds nccl.h's
+    // contract for the call.
+    unsafe {
+        let slot = loaded_functions::SLOTS[60]
+            .load(::core::sync::atomic::Ordering::Acquire);
+        let f = ::core::mem::transmute::<
+            *mut (),
+            loaded_functions::signatures::ncclTeamRankToLsa,
+        >(slot);
+        f(arg1, arg2, rank)
+    }
+}
+#[inline]
+pub unsafe extern "C" fn ncclTeamRail(arg1: ncclComm_t) -> ncclTeam_t {
+    // SAFETY: slot 61 holds `ncclTeamRail`'s resolver or the function libnccl exports as `ncclTeamRail`,
+    // both of the signature nccl.h declares for it; the caller upholds nccl.h's contract for the call.
+    unsafe {
+        let slot = loaded_functions::SLOTS[61]
+            .load(::core::sync::atomic::Ordering::Acquire);
+        let f = ::core::mem::transmute::<
+            *mut (),
+            loaded_functions::signatures::ncclTeamRail,
+        >(slot);
+        f(arg1)
+    }
+}
+#[must_use]
+#[inline]
+pub unsafe extern "C" fn ncclLsaBarrierCreateRequirement(
+    arg1: ncclTeam_t,
+    nBarriers: ::std::os::raw::c_int,
+    outHandle: *mut ncclLsaBarrierHandle_t,
+    outReq: *mut ncclDevResourceRequirements_t,
+) -> ncclResult_t {
+    // SAFETY: slot 62 holds `ncclLsaBarrierCreateRequirement`'s resolver or the function libnccl exports
+    // as `ncclLsaBarrierCreateRequirement`, both of the signature nccl.h declares for it; the caller
+    // upholds nccl.h's contract for the call.
+    unsafe {
+        let slot = loaded_functions::SLOTS[62]
+            .load(::core::sync::atomic::Ordering::Acquire);
+        let f = ::core::mem::transmute::<
+            *mut (),
+            loaded_functions::signatures::ncclLsaBarrierCreateRequirement,
+        >(slot);
+        f(arg1, nBarriers, outHandle, outReq)
+    }
+}
+#[must_use]
+#[inline]
+pub unsafe extern "C" fn ncclGinBarrierCreateRequirement(
+    arg1: ncclComm_t,
+    arg2: ncclTeam_t,
+    nBarriers: ::std::os::raw::c_int,
+    outHandle: *mut ncclGinBarrierHandle_t,
+    outReq: *mut ncclDevResourceRequirements_t,
+) -> ncclResult_t {
+    // SAFETY: slot 63 holds `ncclGinBarrierCreateRequirement`'s resolver or the function libnccl exports
+    // as `ncclGinBarrierCreateRequirement`, both of the signature nccl.h declares for it; the caller
+    // upholds nccl.h's contract for the call.
+    unsafe {
+        let slot = loaded_functions::SLOTS[63]
+            .load(::core::sync::atomic::Ordering::Acquire);
+        let f = ::core::mem::transmute::<
+            *mut (),
+            loaded_functions::signatures::ncclGinBarrierCreateRequirement,
+        >(slot);
+        f(arg1, arg2, nBarriers, outHandle, outReq)
+    }
+}
+#[inline]
+pub unsafe extern "C" fn ncclLLA2ACalcSlots(
+    maxElts: ::std::os::raw::c_int,
+    maxEltSize: ::std::os::raw::c_int,
+) -> ::std::os::raw::c_int {
+    // SAFETY: slot 64 holds `ncclLLA2ACalcSlots`'s resolver or the function libnccl exports as
+    // `ncclLLA2ACalcSlots`, both of the signature nccl.h declares for it; the caller upholds nccl.h's
+    // contract for the call.
+    unsafe {
+        let slot = loaded_functions::SLOTS[64]
+            .load(::core::sync::atomic::Ordering::Acquire);
+        let f = ::core::mem::transmute::<
+            *mut (),
+            loaded_functions::signatures::ncclLLA2ACalcSlots,
+        >(slot);
+        f(maxElts, maxEltSize)
+    }
+}
+#[must_use]
+#[inline]
+pub unsafe extern "C" fn ncclLLA2ACreateRequirement(
+    nBlocks: ::std::os::raw::c_int,
+    nSlots: ::std::os::raw::c_int,
+    outHandle: *mut ncclLLA2AHandle_t,
+    outReq: *mut ncclDevResourceRequirements_t,
+) -> ncclResult_t {
+    // SAFETY: slot 65 holds `ncclLLA2ACreateRequirement`'s resolver or the function libnccl exports as
+    // `ncclLLA2ACreateRequirement`, both of the signature nccl.h declares for it; the caller upholds
+    // nccl.h's contract for the call.
+    unsafe {
+        let slot = loaded_functions::SLOTS[65]
+            .load(::core::sync::atomic::Ordering::Acquire);
+        let f = ::core::mem::transmute::<
+            *mut (),
+            loaded_functions::signatures::ncclLLA2ACreateRequirement,
+        >(slot);
+        f(nBlocks, nSlots, outHandle, outReq)
+    }
+}
 /// The loader's side of the functions above: their names, slots, types and resolvers.
 pub(crate) mod loaded_functions {
     use ::core::sync::atomic::AtomicPtr;
     /// The functions' C names, by index: what the loader looks up, and what a missing one's status names.
-    pub(crate) const NAMES: [&str; 50] = [
+    pub(crate) const NAMES: [&str; 66] = [
         "ncclMemAlloc",
         "ncclMemFree",
         "ncclGetVersion",
@@ -1304,9 +1607,25 @@ pub(crate) mod loaded_functions {
         "ncclGroupStart",
         "ncclGroupEnd",
         "ncclGroupSimulateEnd",
+        "ncclCommQueryProperties",
+        "ncclDevCommCreate",
+        "ncclDevCommDestroy",
+        "ncclGetLsaMultimemDevicePointer",
+        "ncclGetMultimemDevicePointer",
+        "ncclGetLsaDevicePointer",
+        "ncclGetPeerDevicePointer",
+        "ncclTeamWorld",
+        "ncclTeamLsa",
+        "ncclTeamRankToWorld",
+        "ncclTeamRankToLsa",
+        "ncclTeamRail",
+        "ncclLsaBarrierCreateRequirement",
+        "ncclGinBarrierCreateRequirement",
+        "ncclLLA2ACalcSlots",
+        "ncclLLA2ACreateRequirement",
     ];
     /// Where each function's call goes: its resolver until the library's function is found.
-    pub(super) static SLOTS: [AtomicPtr<()>; 50] = [
+    pub(super) static SLOTS: [AtomicPtr<()>; 66] = [
         AtomicPtr::new(resolve::ncclMemAlloc as signatures::ncclMemAlloc as *mut ()),
         AtomicPtr::new(resolve::ncclMemFree as signatures::ncclMemFree as *mut ()),
         AtomicPtr::new(resolve::ncclGetVersion as signatures::ncclGetVersion as *mut ()),
@@ -1412,6 +1731,56 @@ pub(crate) mod loaded_functions {
         AtomicPtr::new(resolve::ncclGroupEnd as signatures::ncclGroupEnd as *mut ()),
         AtomicPtr::new(
             resolve::ncclGroupSimulateEnd as signatures::ncclGroupSimulateEnd as *mut (),
+        ),
+        AtomicPtr::new(
+            resolve::ncclCommQueryProperties as signatures::ncclCommQueryProperties
+                as *mut (),
+        ),
+        AtomicPtr::new(
+            resolve::ncclDevCommCreate as signatures::ncclDevCommCreate as *mut (),
+        ),
+        AtomicPtr::new(
+            resolve::ncclDevCommDestroy as signatures::ncclDevCommDestroy as *mut (),
+        ),
+        AtomicPtr::new(
+            resolve::ncclGetLsaMultimemDevicePointer
+                as signatures::ncclGetLsaMultimemDevicePointer as *mut (),
+        ),
+        AtomicPtr::new(
+            resolve::ncclGetMultimemDevicePointer
+                as signatures::ncclGetMultimemDevicePointer as *mut (),
+        ),
+        AtomicPtr::new(
+            resolve::ncclGetLsaDevicePointer as signatures::ncclGetLsaDevicePointer
+                as *mut (),
+        ),
+        AtomicPtr::new(
+            resolve::ncclGetPeerDevicePointer as signatures::ncclGetPeerDevicePointer
+                as *mut (),
+        ),
+        AtomicPtr::new(resolve::ncclTeamWorld as signatures::ncclTeamWorld as *mut ()),
+        AtomicPtr::new(resolve::ncclTeamLsa as signatures::ncclTeamLsa as *mut ()),
+        AtomicPtr::new(
+            resolve::ncclTeamRankToWorld as signatures::ncclTeamRankToWorld as *mut (),
+        ),
+        AtomicPtr::new(
+            resolve::ncclTeamRankToLsa as signatures::ncclTeamRankToLsa as *mut (),
+        ),
+        AtomicPtr::new(resolve::ncclTeamRail as signatures::ncclTeamRail as *mut ()),
+        AtomicPtr::new(
+            resolve::ncclLsaBarrierCreateRequirement
+                as signatures::ncclLsaBarrierCreateRequirement as *mut (),
+        ),
+        AtomicPtr::new(
+            resolve::ncclGinBarrierCreateRequirement
+                as signatures::ncclGinBarrierCreateRequirement as *mut (),
+        ),
+        AtomicPtr::new(
+            resolve::ncclLLA2ACalcSlots as signatures::ncclLLA2ACalcSlots as *mut (),
+        ),
+        AtomicPtr::new(
+            resolve::ncclLLA2ACreateRequirement as signatures::ncclLLA2ACreateRequirement
+                as *mut (),
         ),
     ];
     /// Each function's type, as nccl.h declares it.
@@ -1690,6 +2059,78 @@ pub(crate) mod loaded_functions {
         pub type ncclGroupEnd = unsafe extern "C" fn() -> ncclResult_t;
         pub type ncclGroupSimulateEnd = unsafe extern "C" fn(
             simInfo: *mut ncclSimInfo_t,
+        ) -> ncclResult_t;
+        pub type ncclCommQueryProperties = unsafe extern "C" fn(
+            arg1: ncclComm_t,
+            arg2: *mut ncclCommProperties_t,
+        ) -> ncclResult_t;
+        pub type ncclDevCommCreate = unsafe extern "C" fn(
+            arg1: ncclComm_t,
+            arg2: *const ncclDevCommRequirements_t,
+            outDevComm: *mut ncclDevComm_t,
+        ) -> ncclResult_t;
+        pub type ncclDevCommDestroy = unsafe extern "C" fn(
+            arg1: ncclComm_t,
+            devComm: *const ncclDevComm_t,
+        ) -> ncclResult_t;
+        pub type ncclGetLsaMultimemDevicePointer = unsafe extern "C" fn(
+            window: ncclWindow_t,
+            offset: usize,
+            outPtr: *mut *mut ::std::os::raw::c_void,
+        ) -> ncclResult_t;
+        pub type ncclGetMultimemDevicePointer = unsafe extern "C" fn(
+            window: ncclWindow_t,
+            offset: usize,
+            multimem: ncclMultimemHandle,
+            outPtr: *mut *mut ::std::os::raw::c_void,
+        ) -> ncclResult_t;
+        pub type ncclGetLsaDevicePointer = unsafe extern "C" fn(
+            window: ncclWindow_t,
+            offset: usize,
+            lsaRank: ::std::os::raw::c_int,
+            outPtr: *mut *mut ::std::os::raw::c_void,
+        ) -> ncclResult_t;
+        pub type ncclGetPeerDevicePointer = unsafe extern "C" fn(
+            window: ncclWindow_t,
+            offset: usize,
+            peer: ::std::os::raw::c_int,
+            outPtr: *mut *mut ::std::os::raw::c_void,
+        ) -> ncclResult_t;
+        pub type ncclTeamWorld = unsafe extern "C" fn(arg1: ncclComm_t) -> ncclTeam_t;
+        pub type ncclTeamLsa = unsafe extern "C" fn(arg1: ncclComm_t) -> ncclTeam_t;
+        pub type ncclTeamRankToWorld = unsafe extern "C" fn(
+            arg1: ncclComm_t,
+            arg2: ncclTeam_t,
+            rank: ::std::os::raw::c_int,
+        ) -> ::std::os::raw::c_int;
+        pub type ncclTeamRankToLsa = unsafe extern "C" fn(
+            arg1: ncclComm_t,
+            arg2: ncclTeam_t,
+            rank: ::std::os::raw::c_int,
+        ) -> ::std::os::raw::c_int;
+        pub type ncclTeamRail = unsafe extern "C" fn(arg1: ncclComm_t) -> ncclTeam_t;
+        pub type ncclLsaBarrierCreateRequirement = unsafe extern "C" fn(
+            arg1: ncclTeam_t,
+            nBarriers: ::std::os::raw::c_int,
+            outHandle: *mut ncclLsaBarrierHandle_t,
+            outReq: *mut ncclDevResourceRequirements_t,
+        ) -> ncclResult_t;
+        pub type ncclGinBarrierCreateRequirement = unsafe extern "C" fn(
+            arg1: ncclComm_t,
+            arg2: ncclTeam_t,
+            nBarriers: ::std::os::raw::c_int,
+            outHandle: *mut ncclGinBarrierHandle_t,
+            outReq: *mut ncclDevResourceRequirements_t,
+        ) -> ncclResult_t;
+        pub type ncclLLA2ACalcSlots = unsafe extern "C" fn(
+            maxElts: ::std::os::raw::c_int,
+            maxEltSize: ::std::os::raw::c_int,
+        ) -> ::std::os::raw::c_int;
+        pub type ncclLLA2ACreateRequirement = unsafe extern "C" fn(
+            nBlocks: ::std::os::raw::c_int,
+            nSlots: ::std::os::raw::c_int,
+            outHandle: *mut ncclLLA2AHandle_t,
+            outReq: *mut ncclDevResourceRequirements_t,
         ) -> ncclResult_t;
     }
     mod resolve {
@@ -2603,6 +3044,277 @@ pub(crate) mod loaded_functions {
                     *mut (),
                     signatures::ncclGroupSimulateEnd,
                 >(f)(simInfo)
+            }
+        }
+        /// `ncclCommQueryProperties`'s first call: resolves it, then calls it, or returns the status for a missing function.
+        pub(super) unsafe extern "C" fn ncclCommQueryProperties(
+            arg1: ncclComm_t,
+            arg2: *mut ncclCommProperties_t,
+        ) -> ncclResult_t {
+            let Some(f) = crate::loader::resolve(&SLOTS[50], NAMES[50]) else {
+                return crate::loader::missing_status(50);
+            };
+            // SAFETY: `resolve` returns what libnccl exports as `ncclCommQueryProperties`, which has nccl.h's
+            // signature; the caller upholds nccl.h's contract for the call.
+            unsafe {
+                ::core::mem::transmute::<
+                    *mut (),
+                    signatures::ncclCommQueryProperties,
+                >(f)(arg1, arg2)
+            }
+        }
+        /// `ncclDevCommCreate`'s first call: resolves it, then calls it, or returns the status for a missing function.
+        pub(super) unsafe extern "C" fn ncclDevCommCreate(
+            arg1: ncclComm_t,
+            arg2: *const ncclDevCommRequirements_t,
+            outDevComm: *mut ncclDevComm_t,
+        ) -> ncclResult_t {
+            let Some(f) = crate::loader::resolve(&SLOTS[51], NAMES[51]) else {
+                return crate::loader::missing_status(51);
+            };
+            // SAFETY: `resolve` returns what libnccl exports as `ncclDevCommCreate`, which has nccl.h's signature;
+            // the caller upholds nccl.h's contract for the call.
+            unsafe {
+                ::core::mem::transmute::<
+                    *mut (),
+                    signatures::ncclDevCommCreate,
+                >(f)(arg1, arg2, outDevComm)
+            }
+        }
+        /// `ncclDevCommDestroy`'s first call: resolves it, then calls it, or returns the status for a missing function.
+        pub(super) unsafe extern "C" fn ncclDevCommDestroy(
+            arg1: ncclComm_t,
+            devComm: *const ncclDevComm_t,
+        ) -> ncclResult_t {
+            let Some(f) = crate::loader::resolve(&SLOTS[52], NAMES[52]) else {
+                return crate::loader::missing_status(52);
+            };
+            // SAFETY: `resolve` returns what libnccl exports as `ncclDevCommDestroy`, which has nccl.h's
+            // signature; the caller upholds nccl.h's contract for the call.
+            unsafe {
+                ::core::mem::transmute::<
+                    *mut (),
+                    signatures::ncclDevCommDestroy,
+                >(f)(arg1, devComm)
+            }
+        }
+        /// `ncclGetLsaMultimemDevicePointer`'s first call: resolves it, then calls it, or returns the status for a missing function.
+        pub(super) unsafe extern "C" fn ncclGetLsaMultimemDevicePointer(
+            window: ncclWindow_t,
+            offset: usize,
+            outPtr: *mut *mut ::std::os::raw::c_void,
+        ) -> ncclResult_t {
+            let Some(f) = crate::loader::resolve(&SLOTS[53], NAMES[53]) else {
+                return crate::loader::missing_status(53);
+            };
+            // SAFETY: `resolve` returns what libnccl exports as `ncclGetLsaMultimemDevicePointer`, which has
+            // nccl.h's signature; the caller upholds nccl.h's contract for the call.
+            unsafe {
+                ::core::mem::transmute::<
+                    *mut (),
+                    signatures::ncclGetLsaMultimemDevicePointer,
+                >(f)(window, offset, outPtr)
+            }
+        }
+        /// `ncclGetMultimemDevicePointer`'s first call: resolves it, then calls it, or returns the status for a missing function.
+        pub(super) unsafe extern "C" fn ncclGetMultimemDevicePointer(
+            window: ncclWindow_t,
+            offset: usize,
+            multimem: ncclMultimemHandle,
+            outPtr: *mut *mut ::std::os::raw::c_void,
+        ) -> ncclResult_t {
+            let Some(f) = crate::loader::resolve(&SLOTS[54], NAMES[54]) else {
+                return crate::loader::missing_status(54);
+            };
+            // SAFETY: `resolve` returns what libnccl exports as `ncclGetMultimemDevicePointer`, which has nccl.h's
+            // signature; the caller upholds nccl.h's contract for the call.
+            unsafe {
+                ::core::mem::transmute::<
+                    *mut (),
+                    signatures::ncclGetMultimemDevicePointer,
+                >(f)(window, offset, multimem, outPtr)
+            }
+        }
+        /// `ncclGetLsaDevicePointer`'s first call: resolves it, then calls it, or returns the status for a missing function.
+        pub(super) unsafe extern "C" fn ncclGetLsaDevicePointer(
+            window: ncclWindow_t,
+            offset: usize,
+            lsaRank: ::std::os::raw::c_int,
+            outPtr: *mut *mut ::std::os::raw::c_void,
+        ) -> ncclResult_t {
+            let Some(f) = crate::loader::resolve(&SLOTS[55], NAMES[55]) else {
+                return crate::loader::missing_status(55);
+            };
+            // SAFETY: `resolve` returns what libnccl exports as `ncclGetLsaDevicePointer`, which has nccl.h's
+            // signature; the caller upholds nccl.h's contract for the call.
+            unsafe {
+                ::core::mem::transmute::<
+                    *mut (),
+                    signatures::ncclGetLsaDevicePointer,
+                >(f)(window, offset, lsaRank, outPtr)
+            }
+        }
+        /// `ncclGetPeerDevicePointer`'s first call: resolves it, then calls it, or returns the status for a missing function.
+        pub(super) unsafe extern "C" fn ncclGetPeerDevicePointer(
+            window: ncclWindow_t,
+            offset: usize,
+            peer: ::std::os::raw::c_int,
+            outPtr: *mut *mut ::std::os::raw::c_void,
+        ) -> ncclResult_t {
+            let Some(f) = crate::loader::resolve(&SLOTS[56], NAMES[56]) else {
+                return crate::loader::missing_status(56);
+            };
+            // SAFETY: `resolve` returns what libnccl exports as `ncclGetPeerDevicePointer`, which has nccl.h's
+            // signature; the caller upholds nccl.h's contract for the call.
+            unsafe {
+                ::core::mem::transmute::<
+                    *mut (),
+                    signatures::ncclGetPeerDevicePointer,
+                >(f)(window, offset, peer, outPtr)
+            }
+        }
+        /// `ncclTeamWorld`'s first call: resolves it, then calls it, or returns the status for a missing function.
+        pub(super) unsafe extern "C" fn ncclTeamWorld(arg1: ncclComm_t) -> ncclTeam_t {
+            let Some(f) = crate::loader::resolve(&SLOTS[57], NAMES[57]) else {
+                crate::loader::missing_abort(57)
+            };
+            // SAFETY: `resolve` returns what libnccl exports as `ncclTeamWorld`, which has nccl.h's signature; the
+            // caller upholds nccl.h's contract for the call.
+            unsafe {
+                ::core::mem::transmute::<*mut (), signatures::ncclTeamWorld>(f)(arg1)
+            }
+        }
+        /// `ncclTeamLsa`'s first call: resolves it, then calls it, or returns the status for a missing function.
+        pub(super) unsafe extern "C" fn ncclTeamLsa(arg1: ncclComm_t) -> ncclTeam_t {
+            let Some(f) = crate::loader::resolve(&SLOTS[58], NAMES[58]) else {
+                crate::loader::missing_abort(58)
+            };
+            // SAFETY: `resolve` returns what libnccl exports as `ncclTeamLsa`, which has nccl.h's signature; the
+            // caller upholds nccl.h's contract for the call.
+            unsafe {
+                ::core::mem::transmute::<*mut (), signatures::ncclTeamLsa>(f)(arg1)
+            }
+        }
+        /// `ncclTeamRankToWorld`'s first call: resolves it, then calls it, or returns the status for a missing function.
+        pub(super) unsafe extern "C" fn ncclTeamRankToWorld(
+            arg1: ncclComm_t,
+            arg2: ncclTeam_t,
+            rank: ::std::os::raw::c_int,
+        ) -> ::std::os::raw::c_int {
+            let Some(f) = crate::loader::resolve(&SLOTS[59], NAMES[59]) else {
+                crate::loader::missing_abort(59)
+            };
+            // SAFETY: `resolve` returns what libnccl exports as `ncclTeamRankToWorld`, which has nccl.h's
+            // signature; the caller upholds nccl.h's contract for the call.
+            unsafe {
+                ::core::mem::transmute::<
+                    *mut (),
+                    signatures::ncclTeamRankToWorld,
+                >(f)(arg1, arg2, rank)
+            }
+        }
+        /// `ncclTeamRankToLsa`'s first call: resolves it, then calls it, or returns the status for a missing function.
+        pub(super) unsafe extern "C" fn ncclTeamRankToLsa(
+            arg1: ncclComm_t,
+            arg2: ncclTeam_t,
+            rank: ::std::os::raw::c_int,
+        ) -> ::std::os::raw::c_int {
+            let Some(f) = crate::loader::resolve(&SLOTS[60], NAMES[60]) else {
+                crate::loader::missing_abort(60)
+            };
+            // SAFETY: `resolve` returns what libnccl exports as `ncclTeamRankToLsa`, which has nccl.h's signature;
+            // the caller upholds nccl.h's contract for the call.
+            unsafe {
+                ::core::mem::transmute::<
+                    *mut (),
+                    signatures::ncclTeamRankToLsa,
+                >(f)(arg1, arg2, rank)
+            }
+        }
+        /// `ncclTeamRail`'s first call: resolves it, then calls it, or returns the status for a missing function.
+        pub(super) unsafe extern "C" fn ncclTeamRail(arg1: ncclComm_t) -> ncclTeam_t {
+            let Some(f) = crate::loader::resolve(&SLOTS[61], NAMES[61]) else {
+                crate::loader::missing_abort(61)
+            };
+            // SAFETY: `resolve` returns what libnccl exports as `ncclTeamRail`, which has nccl.h's signature; the
+            // caller upholds nccl.h's contract for the call.
+            unsafe {
+                ::core::mem::transmute::<*mut (), signatures::ncclTeamRail>(f)(arg1)
+            }
+        }
+        /// `ncclLsaBarrierCreateRequirement`'s first call: resolves it, then calls it, or returns the status for a missing function.
+        pub(super) unsafe extern "C" fn ncclLsaBarrierCreateRequirement(
+            arg1: ncclTeam_t,
+            nBarriers: ::std::os::raw::c_int,
+            outHandle: *mut ncclLsaBarrierHandle_t,
+            outReq: *mut ncclDevResourceRequirements_t,
+        ) -> ncclResult_t {
+            let Some(f) = crate::loader::resolve(&SLOTS[62], NAMES[62]) else {
+                return crate::loader::missing_status(62);
+            };
+            // SAFETY: `resolve` returns what libnccl exports as `ncclLsaBarrierCreateRequirement`, which has
+            // nccl.h's signature; the caller upholds nccl.h's contract for the call.
+            unsafe {
+                ::core::mem::transmute::<
+                    *mut (),
+                    signatures::ncclLsaBarrierCreateRequirement,
+                >(f)(arg1, nBarriers, outHandle, outReq)
+            }
+        }
+        /// `ncclGinBarrierCreateRequirement`'s first call: resolves it, then calls it, or returns the status for a missing function.
+        pub(super) unsafe extern "C" fn ncclGinBarrierCreateRequirement(
+            arg1: ncclComm_t,
+            arg2: ncclTeam_t,
+            nBarriers: ::std::os::raw::c_int,
+            outHandle: *mut ncclGinBarrierHandle_t,
+            outReq: *mut ncclDevResourceRequirements_t,
+        ) -> ncclResult_t {
+            let Some(f) = crate::loader::resolve(&SLOTS[63], NAMES[63]) else {
+                return crate::loader::missing_status(63);
+            };
+            // SAFETY: `resolve` returns what libnccl exports as `ncclGinBarrierCreateRequirement`, which has
+            // nccl.h's signature; the caller upholds nccl.h's contract for the call.
+            unsafe {
+                ::core::mem::transmute::<
+                    *mut (),
+                    signatures::ncclGinBarrierCreateRequirement,
+                >(f)(arg1, arg2, nBarriers, outHandle, outReq)
+            }
+        }
+        /// `ncclLLA2ACalcSlots`'s first call: resolves it, then calls it, or returns the status for a missing function.
+        pub(super) unsafe extern "C" fn ncclLLA2ACalcSlots(
+            maxElts: ::std::os::raw::c_int,
+            maxEltSize: ::std::os::raw::c_int,
+        ) -> ::std::os::raw::c_int {
+            let Some(f) = crate::loader::resolve(&SLOTS[64], NAMES[64]) else {
+                crate::loader::missing_abort(64)
+            };
+            // SAFETY: `resolve` returns what libnccl exports as `ncclLLA2ACalcSlots`, which has nccl.h's
+            // signature; the caller upholds nccl.h's contract for the call.
+            unsafe {
+                ::core::mem::transmute::<
+                    *mut (),
+                    signatures::ncclLLA2ACalcSlots,
+                >(f)(maxElts, maxEltSize)
+            }
+        }
+        /// `ncclLLA2ACreateRequirement`'s first call: resolves it, then calls it, or returns the status for a missing function.
+        pub(super) unsafe extern "C" fn ncclLLA2ACreateRequirement(
+            nBlocks: ::std::os::raw::c_int,
+            nSlots: ::std::os::raw::c_int,
+            outHandle: *mut ncclLLA2AHandle_t,
+            outReq: *mut ncclDevResourceRequirements_t,
+        ) -> ncclResult_t {
+            let Some(f) = crate::loader::resolve(&SLOTS[65], NAMES[65]) else {
+                return crate::loader::missing_status(65);
+            };
+            // SAFETY: `resolve` returns what libnccl exports as `ncclLLA2ACreateRequirement`, which has nccl.h's
+            // signature; the caller upholds nccl.h's contract for the call.
+            unsafe {
+                ::core::mem::transmute::<
+                    *mut (),
+                    signatures::ncclLLA2ACreateRequirement,
+                >(f)(nBlocks, nSlots, outHandle, outReq)
             }
         }
     }

@@ -18,7 +18,9 @@ use std::time::Instant;
     non_upper_case_globals,
     clippy::all,
     clippy::undocumented_unsafe_blocks,
-    clippy::missing_safety_doc
+    clippy::missing_safety_doc,
+    // cuda.h's comments, carried over as they are (CUdevice_attribute's name a URL).
+    rustdoc::bare_urls
 )]
 mod linked {
     include!(env!("METRALE_BENCH_BINDINGS"));

@@ -3,8 +3,9 @@
 //! constant values for every item, compiled with cc against the same headers (`DEP_NCCL_INCLUDE`,
 //! `DEP_NCCL_CUDA_INCLUDE`), and a Rust file with the same tables from the Rust side. The initializer
 //! macros come from the crate's build too (`DEP_NCCL_INITIALIZERS`, the list its `Default`s are made
-//! from). Beside them, `api.json`: the bindings' API in one structured file, which `ci/upgrade` compares
-//! between two NCCL versions.
+//! from). NCCL 2.28+'s device API (`DEP_NCCL_DEVICE_BINDINGS`, translated from the C++ `nccl_device.h`)
+//! gets the same tables from the C++ compiler: a C++ file over `shim/device.h`. Beside them, `api.json`:
+//! the bindings' API in one structured file, which `ci/upgrade` compares between two NCCL versions.
 
 mod summary;
 
@@ -40,22 +41,102 @@ fn main() {
         syn::parse_file(&source).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()))
     };
     let file = parse(&bindings);
-    let initializers = initializers(&parse(&initializers_rs).items);
-    let tables = Tables::collect(&file.items, initializers);
+    let mut initializers = initializers(&parse(&initializers_rs).items);
+    println!("cargo:rustc-check-cfg=cfg(systest_device)");
+    println!("cargo:rerun-if-env-changed=DEP_NCCL_DEVICE_BINDINGS");
+    // The device API's items, and the initializers of its types: checked by the C++ compiler.
+    let device = std::env::var("DEP_NCCL_DEVICE_BINDINGS").ok().map(|path| {
+        let path = PathBuf::from(path);
+        println!("cargo:rerun-if-changed={}", path.display());
+        let device = parse(&path);
+        let (of_device, of_nccl) = initializers
+            .drain(..)
+            .partition(|i: &Initializer| declares(&device.items, &i.c_type));
+        initializers = of_nccl;
+        Tables::collect(&device.items, of_device, Language::CXX)
+    });
+    let tables = Tables::collect(&file.items, initializers, Language::C);
 
-    let c = out.join("systest.c");
-    std::fs::write(&c, tables.c_source()).expect("write systest.c");
-    std::fs::write(out.join("checks.rs"), tables.rust_source()).expect("write checks.rs");
+    let mut rust = tables.rust_source();
+    let mut items = file.items.clone();
+    let mut c_names = tables.c_names.clone();
+    let mut all_initializers: Vec<&Initializer> = tables.initializers.iter().collect();
+    let mut build = cc::Build::new();
+    build
+        .file(tables.write_source(&out))
+        .include(manifest.join("../.."))
+        .includes(&includes);
+    build.compile("systest");
+    if let Some(device) = &device {
+        println!("cargo:rustc-cfg=systest_device");
+        rust.push_str(&device.rust_source());
+        items.extend(parse(&PathBuf::from(var("DEP_NCCL_DEVICE_BINDINGS"))).items);
+        c_names.extend(device.c_names.clone());
+        all_initializers.extend(&device.initializers);
+        cc::Build::new()
+            .cpp(true)
+            .cpp_link_stdlib(None)
+            .std(&var("DEP_NCCL_DEVICE_CXX_STD"))
+            // NCCL_COMM_PROPERTIES_INITIALIZER fills three members; utility.h has kernel-only helpers.
+            .flag_if_supported("-Wno-missing-field-initializers")
+            .flag_if_supported("-Wno-unused-function")
+            .file(device.write_source(&out))
+            .include(manifest.join("../.."))
+            .includes(&includes)
+            .compile("systest_device");
+    }
+    std::fs::write(out.join("checks.rs"), rust).expect("write checks.rs");
     std::fs::write(
         out.join("api.json"),
-        summary::json(&file.items, &tables.c_names, &tables.initializers),
+        summary::json(&items, &c_names, &all_initializers),
     )
     .expect("write api.json");
-    cc::Build::new()
-        .file(&c)
-        .include(manifest.join("../.."))
-        .includes(&includes)
-        .compile("systest");
+}
+
+/// Whether `items` declare a type named `name` (a struct or a type alias).
+fn declares(items: &[Item], name: &str) -> bool {
+    items.iter().any(|item| match item {
+        Item::Struct(s) => s.ident == name,
+        Item::Type(t) => t.ident == name,
+        _ => false,
+    })
+}
+
+/// The compiler a table's side is measured by: nccl.h's items by the C compiler, the device API's by
+/// the C++ compiler (its header is C++).
+#[derive(Clone, Copy)]
+struct Language {
+    /// The generated source's file name.
+    file: &'static str,
+    /// What it includes, after stddef.h.
+    headers: &'static str,
+    /// `_Alignof` or `alignof`.
+    alignof: &'static str,
+    /// Before each table and function: C++ gives them C linkage (and external linkage to the tables).
+    linkage: &'static str,
+    /// The tables' names start with it (`systest_` or `systest_device_`); the Rust side's constants with
+    /// `rust`.
+    symbols: &'static str,
+    rust: &'static str,
+}
+
+impl Language {
+    const C: Language = Language {
+        file: "systest.c",
+        headers: "#include \"wrapper.h\"\n#include \"shim/shim.h\"\n",
+        alignof: "_Alignof",
+        linkage: "",
+        symbols: "systest_",
+        rust: "",
+    };
+    const CXX: Language = Language {
+        file: "systest_device.cc",
+        headers: "#include \"shim/device.h\"\n",
+        alignof: "alignof",
+        linkage: "extern \"C\" ",
+        symbols: "systest_device_",
+        rust: "DEVICE_",
+    };
 }
 
 /// An initializer macro the crate turned into a `Default`, as its generated `initializers.rs` lists it:
@@ -105,8 +186,9 @@ fn initializers(items: &[Item]) -> Vec<Initializer> {
     list
 }
 
-#[derive(Default)]
 struct Tables {
+    /// Which compiler measures the C side.
+    language: Language,
     /// (Rust path, C type) for sizeof/_Alignof.
     types: Vec<(String, String)>,
     /// (Rust type, Rust field, C type, C field).
@@ -125,7 +207,7 @@ struct Tables {
 }
 
 impl Tables {
-    fn collect(items: &[Item], initializers: Vec<Initializer>) -> Tables {
+    fn collect(items: &[Item], initializers: Vec<Initializer>, language: Language) -> Tables {
         // `pub type ncclConfig_t = ncclConfig_v22800;`: C knows the struct by the typedef name.
         let mut c_name: HashMap<String, String> = HashMap::new();
         // `pub use self::cudaError_enum as CUresult;`: likewise for a typedef'd enum.
@@ -160,8 +242,14 @@ impl Tables {
                 .unwrap_or_else(|| rust.to_string())
         };
         let mut t = Tables {
+            language,
+            types: Vec::new(),
+            fields: Vec::new(),
+            ints: Vec::new(),
+            floats: Vec::new(),
             initializers,
-            ..Tables::default()
+            versioned: Vec::new(),
+            c_names: HashMap::new(),
         };
         for item in items {
             match item {
@@ -221,21 +309,36 @@ impl Tables {
         t
     }
 
+    /// Writes the C (or C++) side into `out`; returns its path.
+    fn write_source(&self, out: &std::path::Path) -> PathBuf {
+        let path = out.join(self.language.file);
+        std::fs::write(&path, self.c_source()).expect("write systest's C side");
+        path
+    }
+
     fn c_source(&self) -> String {
-        let mut c = String::from(
-            "#include <stddef.h>\n#include \"wrapper.h\"\n#include \"shim/shim.h\"\n\n",
-        );
+        let Language {
+            headers,
+            alignof,
+            linkage,
+            symbols,
+            ..
+        } = self.language;
+        let mut c = format!("#include <stddef.h>\n{headers}\n");
+        // An empty table is left out (C has no empty array): the Rust side has none to read either.
         let table = |c: &mut String, ty: &str, name: &str, rows: Vec<String>| {
-            let _ = writeln!(
-                c,
-                "const {ty} {name}[] = {{\n    {},\n}};",
-                rows.join(",\n    ")
-            );
+            if !rows.is_empty() {
+                let _ = writeln!(
+                    c,
+                    "{linkage}const {ty} {symbols}{name}[] = {{\n    {},\n}};",
+                    rows.join(",\n    ")
+                );
+            }
         };
         table(
             &mut c,
             "size_t",
-            "systest_sizes",
+            "sizes",
             self.types
                 .iter()
                 .map(|(_, t)| format!("sizeof({t})"))
@@ -244,10 +347,10 @@ impl Tables {
         table(
             &mut c,
             "size_t",
-            "systest_aligns",
+            "aligns",
             self.types
                 .iter()
-                .map(|(_, t)| format!("_Alignof({t})"))
+                .map(|(_, t)| format!("{alignof}({t})"))
                 .collect(),
         );
         let offsets = self
@@ -255,39 +358,62 @@ impl Tables {
             .iter()
             .map(|(_, _, t, f)| format!("offsetof({t}, {f})"))
             .collect();
-        table(&mut c, "size_t", "systest_offsets", offsets);
+        table(&mut c, "size_t", "offsets", offsets);
         table(
             &mut c,
             "long long",
-            "systest_ints",
+            "ints",
             self.ints.iter().map(|(_, e)| e.clone()).collect(),
         );
         table(
             &mut c,
             "double",
-            "systest_floats",
+            "floats",
             self.floats.iter().map(|(_, e)| e.clone()).collect(),
         );
         for Initializer { c_type, name, .. } in &self.initializers {
             let _ = writeln!(
                 c,
-                "const unsigned char *systest_{c_type}_bytes(size_t *len) {{\n    static const {c_type} v = {name};\n    *len = sizeof v;\n    return (const unsigned char *)&v;\n}}"
+                "{linkage}const unsigned char *systest_{c_type}_bytes(size_t *len) {{\n    static const {c_type} v = {name};\n    *len = sizeof v;\n    return (const unsigned char *)&v;\n}}"
             );
         }
         c
     }
 
     fn rust_source(&self) -> String {
+        let Language {
+            symbols: c,
+            rust: p,
+            ..
+        } = self.language;
+        let tables = [
+            ("sizes", "usize", self.types.len()),
+            ("aligns", "usize", self.types.len()),
+            ("offsets", "usize", self.fields.len()),
+            ("ints", "i64", self.ints.len()),
+            ("floats", "f64", self.floats.len()),
+        ];
         let mut r = String::new();
         let _ = writeln!(
             r,
-            "extern \"C\" {{\n    static systest_sizes: [usize; {n}];\n    static systest_aligns: [usize; {n}];\n    \
-             static systest_offsets: [usize; {}];\n    static systest_ints: [i64; {}];\n    static systest_floats: [f64; {}];",
-            self.fields.len(),
-            self.ints.len(),
-            self.floats.len(),
-            n = self.types.len(),
+            "/// The C side's tables, in the order of the Rust side's.\n\
+             fn {lower}c_tables() -> CTables {{\n    \
+             // SAFETY: the C side defines each table with exactly the generated length.\n    \
+             unsafe {{\n        CTables {{",
+            lower = p.to_lowercase()
         );
+        for (name, _, len) in tables {
+            let value = match len {
+                0 => "&[]".to_string(),
+                _ => format!("&{c}{name}"),
+            };
+            let _ = writeln!(r, "            {name}: {value},");
+        }
+        r.push_str("        }\n    }\n}\n");
+        r.push_str("extern \"C\" {\n");
+        for (name, ty, len) in tables.into_iter().filter(|(_, _, len)| *len > 0) {
+            let _ = writeln!(r, "    static {c}{name}: [{ty}; {len}];");
+        }
         for Initializer { c_type, shim, .. } in &self.initializers {
             let _ = writeln!(
                 r,
@@ -303,18 +429,18 @@ impl Tables {
         });
         let _ = writeln!(
             r,
-            "const INITIALIZERS: &[(&str, RustSide, CSide)] = &[\n    {}\n];",
+            "const {p}INITIALIZERS: &[(&str, RustSide, CSide)] = &[\n    {}\n];",
             rows.collect::<Vec<_>>().join("\n    ")
         );
         let _ = writeln!(
             r,
-            "const VERSIONED_STRUCTS: &[&str] = &{:?};",
+            "const {p}VERSIONED_STRUCTS: &[&str] = &{:?};",
             self.versioned
         );
         let table = |r: &mut String, name: &str, ty: &str, rows: Vec<String>| {
             let _ = writeln!(
                 r,
-                "const {name}: &[(&str, {ty})] = &[\n    {}\n];",
+                "const {p}{name}: &[(&str, {ty})] = &[\n    {}\n];",
                 rows.join("\n    ")
             );
         };

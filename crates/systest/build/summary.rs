@@ -12,7 +12,7 @@ use crate::Initializer;
 pub fn json(
     items: &[Item],
     c_names: &HashMap<String, String>,
-    initializers: &[Initializer],
+    initializers: &[&Initializer],
 ) -> String {
     let c_of = |rust: &str| c_names.get(rust).cloned().unwrap_or_else(|| rust.into());
     let sizes = layout_sizes(items);

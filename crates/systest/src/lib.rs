@@ -1,7 +1,8 @@
 //! The C compiler's view of the headers (compiled by `build/main.rs` from a generated C file) against the
 //! Rust bindings: sizes, alignments, field offsets, enum constants, `#define`s, and the initializer
-//! macros' bytes, for every initializer the crate found in nccl.h. Each test lists every mismatch it
-//! finds, not just the first.
+//! macros' bytes, for every initializer the crate found in nccl.h. The device API (NCCL 2.28+'s
+//! `nccl_device.h`, C++) is checked the same way against the C++ compiler's view (the `device_` tests).
+//! Each test lists every mismatch it finds, not just the first.
 
 #[cfg(test)]
 mod tests {
@@ -11,10 +12,23 @@ mod tests {
 
     include!(concat!(env!("OUT_DIR"), "/checks.rs"));
 
+    /// One compiler's tables (the C compiler's of nccl.h, the C++ compiler's of the device API), as the
+    /// generated Rust tables list the items.
+    struct CTables {
+        sizes: &'static [usize],
+        aligns: &'static [usize],
+        offsets: &'static [usize],
+        ints: &'static [i64],
+        floats: &'static [f64],
+    }
+
+    /// Each row where the Rust side differs from the C side. `required`: the table must have rows (the
+    /// device API has no floating-point constants).
     fn mismatches<T: PartialEq + std::fmt::Debug>(
         what: &str,
         rust: &[(&str, T)],
         c: &[T],
+        required: bool,
     ) -> Vec<String> {
         assert_eq!(
             rust.len(),
@@ -22,7 +36,7 @@ mod tests {
             "{what}: the generated tables disagree in length"
         );
         assert!(
-            !rust.is_empty(),
+            !required || !rust.is_empty(),
             "{what}: nothing was checked; the generator found no items"
         );
         rust.iter()
@@ -34,26 +48,23 @@ mod tests {
 
     #[test]
     fn sizes_and_alignments_match_c() {
-        // SAFETY: the C side defines each table with exactly the generated length.
-        let (sizes, aligns) = unsafe { (&systest_sizes, &systest_aligns) };
-        let mut bad = mismatches("sizeof", RUST_SIZES, sizes);
-        bad.extend(mismatches("alignof", RUST_ALIGNS, aligns));
+        let c = c_tables();
+        let mut bad = mismatches("sizeof", RUST_SIZES, c.sizes, true);
+        bad.extend(mismatches("alignof", RUST_ALIGNS, c.aligns, true));
         assert!(bad.is_empty(), "{}", bad.join("\n"));
     }
 
     #[test]
     fn field_offsets_match_c() {
-        // SAFETY: as above.
-        let bad = mismatches("offsetof", RUST_OFFSETS, unsafe { &systest_offsets });
+        let bad = mismatches("offsetof", RUST_OFFSETS, c_tables().offsets, true);
         assert!(bad.is_empty(), "{}", bad.join("\n"));
     }
 
     #[test]
     fn enum_constants_and_defines_match_c() {
-        // SAFETY: as above.
-        let mut bad = mismatches("value", RUST_INTS, unsafe { &systest_ints });
-        // SAFETY: as above.
-        bad.extend(mismatches("value", RUST_FLOATS, unsafe { &systest_floats }));
+        let c = c_tables();
+        let mut bad = mismatches("value", RUST_INTS, c.ints, true);
+        bad.extend(mismatches("value", RUST_FLOATS, c.floats, true));
         assert!(bad.is_empty(), "{}", bad.join("\n"));
     }
 
@@ -102,7 +113,12 @@ mod tests {
             names.contains(&"ncclConfig_t") && names.contains(&"ncclSimInfo_t"),
             "{names:?}"
         );
-        for (name, rust, c) in INITIALIZERS {
+        same_bytes(INITIALIZERS);
+    }
+
+    /// Each initializer's bytes, the shim's against the compiler's, and its `Default` against the shim's.
+    fn same_bytes(initializers: &[(&str, RustSide, CSide)]) {
+        for (name, rust, c) in initializers {
             let mut len = 0;
             // SAFETY: the C side returns a pointer to a static of `len` bytes.
             let c = unsafe { std::slice::from_raw_parts(c(&mut len), len) };
@@ -116,5 +132,53 @@ mod tests {
                 "{name}::default() differs from the shim's initializer"
             );
         }
+    }
+
+    /// The device API (NCCL 2.28+), as the C++ compiler sees it over `shim/device.h`: every type's size,
+    /// alignment and field offsets (`ncclDevComm` by size and alignment: opaque to the host), every enum
+    /// constant, and every initializer (`NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER`,
+    /// `NCCL_COMM_PROPERTIES_INITIALIZER`: 2.29+) byte for byte; and every struct it versions has one.
+    #[cfg(systest_device)]
+    #[test]
+    fn device_api_matches_cxx() {
+        let cxx = device_c_tables();
+        let names: Vec<&str> = DEVICE_RUST_SIZES.iter().map(|(name, _)| *name).collect();
+        assert!(
+            names.contains(&"ncclDevComm") && names.contains(&"ncclTeam"),
+            "the device API's types checked: {names:?}"
+        );
+        let mut bad = mismatches("sizeof", DEVICE_RUST_SIZES, cxx.sizes, true);
+        bad.extend(mismatches("alignof", DEVICE_RUST_ALIGNS, cxx.aligns, true));
+        bad.extend(mismatches(
+            "offsetof",
+            DEVICE_RUST_OFFSETS,
+            cxx.offsets,
+            true,
+        ));
+        // 2.28 has no enum among the device API's types; none has a floating-point constant.
+        bad.extend(mismatches("value", DEVICE_RUST_INTS, cxx.ints, false));
+        bad.extend(mismatches("value", DEVICE_RUST_FLOATS, cxx.floats, false));
+        assert!(bad.is_empty(), "{}", bad.join("\n"));
+        let covered: Vec<&str> = DEVICE_INITIALIZERS
+            .iter()
+            .map(|(name, _, _)| *name)
+            .collect();
+        let missing: Vec<&&str> = DEVICE_VERSIONED_STRUCTS
+            .iter()
+            .filter(|s| !covered.contains(s))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "versioned device structs {DEVICE_VERSIONED_STRUCTS:?}; without an initializer Default: {missing:?}"
+        );
+        same_bytes(DEVICE_INITIALIZERS);
+    }
+
+    #[cfg(not(systest_device))]
+    #[test]
+    fn device_api_matches_cxx() {
+        metrale_gpu_testkit::skip::skip(
+            "the NCCL headers found have no device API (nccl_device.h, NCCL 2.28+)",
+        );
     }
 }
