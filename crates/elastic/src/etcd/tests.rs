@@ -1,0 +1,108 @@
+//! Whole lives of fake ranks (`fake.rs`) with their membership in a real etcd cluster:
+//! `ci/etcd-cluster -- cargo test -p metrale-gpu-elastic --features etcd`. The coordinator is killed
+//! in the steady state and during a recovery; each test asserts that every rank not killed ends in
+//! the final world of the size the rules say, and that no two ranks made one generation. Without a
+//! cluster (`METRALE_ETCD_ENDPOINTS` unset) each prints `SKIP <test>: <why>` and passes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use metrale_gpu_launch::token::JobToken;
+
+use super::{Store, ENDPOINTS_VAR};
+use crate::fake::{run, Ending, Kill, Script, COORDINATOR};
+use crate::lines;
+
+/// The cluster's store for a job of this test's own (a token of its own, a 3 s lease), or `None`
+/// after the skip line.
+fn store() -> Option<Store> {
+    if std::env::var_os(ENDPOINTS_VAR).is_none() {
+        metrale_gpu_testkit::skip::skip(format!(
+            "no etcd cluster: {ENDPOINTS_VAR} is unset (run under ci/etcd-cluster)"
+        ));
+        return None;
+    }
+    let mut etcd = metrale_gpu_elastic_etcd::Config::from_env().expect("ci/etcd-cluster's config");
+    // Short enough for a test, long enough that a loaded machine's renewals keep every live lease.
+    etcd.lease_ttl = Duration::from_secs(3);
+    etcd.call_timeout = Duration::from_secs(1);
+    let test = std::thread::current().name().unwrap_or("test").to_string();
+    let value = format!("{test}-{}-{}", std::process::id(), crate::fabric::unix_us());
+    let token = JobToken::new("the test", &value).expect("a token");
+    Some(Store { etcd, token })
+}
+
+/// `world` ranks in etcd with `kills`, replacements as the coordinator asks for them.
+fn script(store: Store, world: usize, kills: Vec<Kill>) -> Script {
+    Script {
+        iters: 3000,
+        etcd: Some(store),
+        ..Script::new(world, kills)
+    }
+}
+
+/// Who made each generation (and in which term), from the coordinators' lines: one each, or the test
+/// fails. The coordinators, in the order they took the role.
+fn one_coordinator_per_generation(end: &Ending) -> Vec<String> {
+    let mut made: BTreeMap<usize, Vec<(String, usize)>> = BTreeMap::new();
+    let mut took = Vec::new();
+    for (who, line) in &end.log {
+        if line.contains("phase=coordinate ") {
+            let gen = lines::number(line, "gen").expect("a generation");
+            let term = lines::number(line, "term").expect("a term");
+            made.entry(gen).or_default().push((who.clone(), term));
+        }
+        if line.contains("phase=coordinator ") {
+            took.push(who.clone());
+        }
+    }
+    for (gen, by) in &made {
+        assert_eq!(
+            by.len(),
+            1,
+            "generation {gen} made by {by:?}\n{:#?}",
+            end.log
+        );
+    }
+    assert!(made.contains_key(&0), "generation 0 made\n{:#?}", end.log);
+    took
+}
+
+#[test]
+fn the_coordinator_killed_in_the_steady_state_the_job_goes_on_at_full_size() {
+    let Some(store) = store() else { return };
+    let kill = Kill::on_own(COORDINATOR, "steady", 0);
+    let end = run(script(store, 4, vec![kill]));
+    assert_eq!(end.deaths(), 1, "{:#?}", end.log);
+    let took = one_coordinator_per_generation(&end);
+    assert!(took.len() >= 2, "another rank took the role: {took:?}");
+    assert!(end.killed(&took[0]), "the first coordinator died: {took:?}");
+    end.assert_world(4);
+}
+
+#[test]
+fn the_coordinator_killed_during_the_agreement_a_new_one_ends_the_recovery() {
+    let Some(store) = store() else { return };
+    let kills = vec![
+        Kill::on_rank0("rank 3", "steady"),
+        // The coordinator dies once it gave up on the lost generation, before any plan.
+        Kill::on_own(COORDINATOR, "detect", 0),
+    ];
+    let end = run(script(store, 6, kills));
+    assert_eq!(end.deaths(), 2, "{:#?}", end.log);
+    let took = one_coordinator_per_generation(&end);
+    assert!(took.len() >= 2, "another rank took the role: {took:?}");
+    end.assert_world(6);
+}
+
+#[test]
+fn without_replacements_the_survivors_of_the_coordinators_death_train_to_the_end() {
+    let Some(store) = store() else { return };
+    let kill = Kill::on_own(COORDINATOR, "steady", 0);
+    let end = run(Script {
+        replacements: 0,
+        ..script(store, 4, vec![kill])
+    });
+    one_coordinator_per_generation(&end);
+    end.assert_world(3);
+}
