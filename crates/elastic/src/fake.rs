@@ -80,6 +80,8 @@ struct World {
     ids: u64,
     /// A place given twice in one round or making, sizes or parents that differ: the protocol broke.
     broken: Vec<String>,
+    /// The [`COORDINATOR`]'s kill happened.
+    coordinator_killed: bool,
 }
 
 /// One fake rank's side: its name and the shared world.
@@ -103,7 +105,7 @@ impl FakeRank {
             return Ok(());
         };
         if self.doomed_at.is_none() {
-            let w = lock(&self.world);
+            let mut w = lock(&self.world);
             let due = w.log[self.seen..]
                 .iter()
                 .any(|(who, line)| who == by && line.contains(needle.as_str()));
@@ -113,7 +115,11 @@ impl FakeRank {
                 said.find(|(_, line)| line.contains("phase=coordinator "))
                     .is_some_and(|(who, _)| *who == self.name)
             };
-            if due && (!coordinator || holder()) {
+            // The coordinator's kill is one death: of the rank that holds the role the first time
+            // the line is said by a holder.
+            let mine = !coordinator || (holder() && !w.coordinator_killed);
+            if due && mine {
+                w.coordinator_killed |= *coordinator;
                 self.doomed_at = Some(self.calls);
             }
         }

@@ -19,6 +19,7 @@ use metrale_gpu_elastic_etcd::{Campaign, Error, Leadership};
 
 use super::state::{GenPlan, Job, Kind, Loss, Role};
 use super::{Inner, LOOK};
+use crate::membership::below_minimum;
 use crate::protocol::{Held, How};
 
 /// The line a coordinator says when it made generation `gen` (`how`, of `size` ranks), with its term:
@@ -167,13 +168,7 @@ impl Coordinating {
             .collect();
         let gen = plan.gen;
         if survivors.len() < self.min {
-            let why = format!(
-                "generation {gen} left {} live rank(s), fewer than --min-size {}: the job cannot go on \
-                 (dead: ranks {} of generation {gen})",
-                survivors.len(),
-                self.min,
-                crate::protocol::rank_list(&dead)
-            );
+            let why = below_minimum(gen, survivors.len(), self.min, &dead);
             if !self.inner.stopped()
                 && self
                     .inner

@@ -106,3 +106,28 @@ fn without_replacements_the_survivors_of_the_coordinators_death_train_to_the_end
     one_coordinator_per_generation(&end);
     end.assert_world(3);
 }
+
+#[test]
+fn the_coordinator_killed_while_the_world_grows_a_new_one_recovers_and_grows_it_again() {
+    let Some(store) = store() else { return };
+    let kills = vec![
+        Kill::on_rank0("rank 3", "steady"),
+        // The coordinator made the grow id and announced the grow; it dies as the grow begins.
+        Kill::on_own(COORDINATOR, "growing", 0),
+    ];
+    let end = run(script(store, 4, kills));
+    assert_eq!(end.deaths(), 2, "{:#?}", end.log);
+    let took = one_coordinator_per_generation(&end);
+    assert!(took.len() >= 2, "another rank took the role: {took:?}");
+    let grows = end
+        .log
+        .iter()
+        .filter(|(_, l)| l.contains("phase=coordinate ") && l.contains("how=grow"))
+        .count();
+    assert!(
+        grows >= 2,
+        "a grow before the death and one after\n{:#?}",
+        end.log
+    );
+    end.assert_world(4);
+}
