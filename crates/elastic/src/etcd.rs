@@ -84,6 +84,8 @@ struct Inner {
     term: Mutex<Option<Leadership>>,
     stop: AtomicBool,
     say: Sink,
+    /// The etcd bounds of this job (the TTL, a call).
+    bounds: EtcdBounds,
 }
 
 impl Inner {
@@ -104,14 +106,17 @@ impl Inner {
         lock(&self.seen).job.clone()
     }
 
-    /// Reports `value` on `topic`, trying again (a call that got no answer) within the lease's life.
+    /// Reports `value` on `topic`, trying again after a call that got no answer, until the lease says
+    /// otherwise: within the bound of a quorum's loss and one call.
     fn tell(&self, topic: &str, value: &str) -> Result<(), String> {
-        let mut tries = 0;
+        let deadline = Instant::now() + self.bounds.quorum_loss + self.bounds.call;
         loop {
             match self.member.report(topic, value.as_bytes()) {
                 Ok(_) => return Ok(()),
-                Err(e) if e.is_final() || tries == 3 => return Err(e.to_string()),
-                Err(_) => tries += 1,
+                Err(e) if e.is_final() || Instant::now() >= deadline => {
+                    return Err(format!("the etcd membership: {e}"))
+                }
+                Err(_) => std::thread::sleep(RETRY),
             }
         }
     }
@@ -197,8 +202,6 @@ impl Inner {
 pub struct Etcd {
     inner: Arc<Inner>,
     threads: Vec<JoinHandle<()>>,
-    /// The etcd bounds of this job (the TTL, a call).
-    bounds: EtcdBounds,
     leaver: Leaver,
 }
 
@@ -226,6 +229,7 @@ impl Etcd {
             term: Mutex::new(None),
             stop: AtomicBool::new(false),
             say,
+            bounds: EtcdBounds::of(&store.etcd),
         });
         let mut threads = Vec::new();
         let watching = Arc::clone(&inner);
@@ -243,7 +247,6 @@ impl Etcd {
         Ok(Etcd {
             inner,
             threads,
-            bounds: EtcdBounds::of(&store.etcd),
             leaver: Leaver {
                 member: Some(member),
                 finished: AtomicBool::new(false),
@@ -350,7 +353,7 @@ impl Membership for Etcd {
         let me = &self.inner.name;
         self.inner
             .tell("lost", &Loss { gen, held, step }.encode())?;
-        let bound = bounds.plan + self.bounds.takeover;
+        let bound = bounds.plan + self.inner.bounds.takeover;
         let found = self.inner.wait_for(Instant::now() + bound, |job| {
             if let Some(end) = &job.end {
                 return Some(Err(format!("the job ended: {end}")));

@@ -348,6 +348,8 @@ pub struct Script {
     pub kills: Vec<Kill>,
     pub replacements: usize,
     pub late: Duration,
+    /// What the test does once a line containing the text is said (by anyone): once, in the driver.
+    pub at_line: Option<(&'static str, Box<dyn FnOnce() + Send + Sync>)>,
     /// Where the membership lives: etcd, or (`None`) rank 0.
     #[cfg(feature = "etcd")]
     pub etcd: Option<crate::etcd::Store>,
@@ -365,6 +367,7 @@ impl Script {
             kills,
             replacements: usize::MAX,
             late: Duration::ZERO,
+            at_line: None,
             #[cfg(feature = "etcd")]
             etcd: None,
         }
@@ -400,6 +403,8 @@ fn config(script: &Script, first: Option<First>, master: &str) -> Config {
 /// Runs `script` to its end: every process's thread ends (or the test fails at [`WORLD_LIMIT`]).
 pub fn run(script: Script) -> Ending {
     let world = shared(World::default());
+    let mut script = script;
+    let mut at_line = script.at_line.take();
     let script = Arc::new(script);
     let spawn = |name: String, master: String, first: Option<First>, delay: Duration| {
         let (world, script) = (Arc::clone(&world), Arc::clone(&script));
@@ -474,6 +479,15 @@ pub fn run(script: Script) -> Ending {
             "the world did not end within {WORLD_LIMIT:?}: {:#?}",
             lock(&world).log
         );
+        let hook = at_line.take_if(|(needle, _)| {
+            let w = lock(&world);
+            w.log[read..].iter().any(|(_, l)| l.contains(*needle))
+        });
+        if let Some((needle, act)) = hook {
+            act();
+            let done = format!("TEST did what it does at {needle:?}");
+            lock(&world).log.push(("test".into(), done));
+        }
         let lines: Vec<String> = {
             let w = lock(&world);
             let new = w.log[read..]

@@ -5,6 +5,8 @@
 //! cluster (`METRALE_ETCD_ENDPOINTS` unset) each prints `SKIP <test>: <why>` and passes.
 
 use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use metrale_gpu_launch::token::JobToken;
@@ -30,6 +32,59 @@ fn store() -> Option<Store> {
     let value = format!("{test}-{}-{}", std::process::id(), crate::fabric::unix_us());
     let token = JobToken::new("the test", &value).expect("a token");
     Some(Store { etcd, token })
+}
+
+/// Readers: the tests that leave etcd's members alone. Writers: those that stop some.
+static CLUSTER: RwLock<()> = RwLock::new(());
+
+/// For a test that leaves etcd's members alone: the store, and a share of the cluster.
+fn shared() -> Option<(Store, RwLockReadGuard<'static, ()>)> {
+    let store = store()?;
+    Some((
+        store,
+        CLUSTER.read().unwrap_or_else(PoisonError::into_inner),
+    ))
+}
+
+/// For a test that stops etcd members: the store, and the cluster to itself.
+fn exclusive() -> Option<(Store, RwLockWriteGuard<'static, ()>)> {
+    let store = store()?;
+    Some((
+        store,
+        CLUSTER.write().unwrap_or_else(PoisonError::into_inner),
+    ))
+}
+
+/// etcd members a test stopped, started again when dropped, the test passed or not.
+#[derive(Default)]
+struct Stopped(Vec<usize>);
+
+impl Stopped {
+    fn stop(&mut self, n: usize) {
+        ctl("stop", n);
+        self.0.push(n);
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        for n in self.0.drain(..) {
+            ctl("start", n);
+        }
+    }
+}
+
+/// ci/etcd-cluster's control: `stop N` (its port closed when it returns) or `start N` (healthy).
+fn ctl(what: &str, n: usize) {
+    let dir =
+        std::env::var("METRALE_ETCD_CLUSTER").expect("METRALE_ETCD_CLUSTER, from ci/etcd-cluster");
+    let status = Command::new(format!("{dir}/ctl"))
+        .args([what, &n.to_string()])
+        .status();
+    assert!(
+        matches!(status, Ok(s) if s.success()),
+        "ci/etcd-cluster ctl {what} {n}: {status:?}"
+    );
 }
 
 /// `world` ranks in etcd with `kills`, replacements as the coordinator asks for them.
@@ -70,7 +125,9 @@ fn one_coordinator_per_generation(end: &Ending) -> Vec<String> {
 
 #[test]
 fn the_coordinator_killed_in_the_steady_state_the_job_goes_on_at_full_size() {
-    let Some(store) = store() else { return };
+    let Some((store, _cluster)) = shared() else {
+        return;
+    };
     let kill = Kill::on_own(COORDINATOR, "steady", 0);
     let end = run(script(store, 4, vec![kill]));
     assert_eq!(end.deaths(), 1, "{:#?}", end.log);
@@ -82,7 +139,9 @@ fn the_coordinator_killed_in_the_steady_state_the_job_goes_on_at_full_size() {
 
 #[test]
 fn the_coordinator_killed_during_the_agreement_a_new_one_ends_the_recovery() {
-    let Some(store) = store() else { return };
+    let Some((store, _cluster)) = shared() else {
+        return;
+    };
     let kills = vec![
         Kill::on_rank0("rank 3", "steady"),
         // The coordinator dies once it gave up on the lost generation, before any plan.
@@ -97,7 +156,9 @@ fn the_coordinator_killed_during_the_agreement_a_new_one_ends_the_recovery() {
 
 #[test]
 fn without_replacements_the_survivors_of_the_coordinators_death_train_to_the_end() {
-    let Some(store) = store() else { return };
+    let Some((store, _cluster)) = shared() else {
+        return;
+    };
     let kill = Kill::on_own(COORDINATOR, "steady", 0);
     let end = run(Script {
         replacements: 0,
@@ -109,7 +170,9 @@ fn without_replacements_the_survivors_of_the_coordinators_death_train_to_the_end
 
 #[test]
 fn the_coordinator_killed_while_the_world_grows_a_new_one_recovers_and_grows_it_again() {
-    let Some(store) = store() else { return };
+    let Some((store, _cluster)) = shared() else {
+        return;
+    };
     let kills = vec![
         Kill::on_rank0("rank 3", "steady"),
         // The coordinator made the grow id and announced the grow; it dies as the grow begins.
@@ -130,4 +193,40 @@ fn the_coordinator_killed_while_the_world_grows_a_new_one_recovers_and_grows_it_
         end.log
     );
     end.assert_world(4);
+}
+
+/// Two of etcd's three members stopped once the ranks train: no generation is made after, and every
+/// rank ends with the error that names the loss of quorum and its fix.
+#[test]
+fn the_quorum_lost_every_rank_ends_with_the_error_that_says_so() {
+    let Some((store, _cluster)) = exclusive() else {
+        return;
+    };
+    let stopped = Arc::new(Mutex::new(Stopped::default()));
+    let stopping = Arc::clone(&stopped);
+    let stop = move || {
+        let mut s = stopping.lock().unwrap_or_else(PoisonError::into_inner);
+        s.stop(0);
+        s.stop(1);
+    };
+    let end = run(Script {
+        iters: 100_000,
+        replacements: 0,
+        at_line: Some(("phase=steady", Box::new(stop))),
+        ..script(store, 3, vec![])
+    });
+    let live = end.live();
+    assert_eq!(live.len(), 3, "{:#?}", end.log);
+    for (name, result) in live {
+        let err = result.as_ref().expect_err("the job cannot go on");
+        assert!(err.contains("lost its quorum"), "{name}: {err}");
+    }
+    let at = end.log.iter().position(|(who, _)| who == "test");
+    let after = &end.log[at.expect("the members were stopped")..];
+    assert!(
+        !after.iter().any(|(_, l)| l.contains("phase=coordinate ")),
+        "a generation made without a quorum\n{:#?}",
+        end.log
+    );
+    drop(stopped);
 }
