@@ -337,6 +337,9 @@ impl Fabric for FakeRank {
     }
 }
 
+/// What a test does at a line of the world ([`Script::at_line`]).
+pub type Act = Box<dyn FnOnce() + Send + Sync>;
+
 /// How a test's world goes: `world` ranks training `iters` rounds at `--deadline` `deadline`, the job
 /// going on down to `min_size`; `kills`; as many replacements as rank 0 asks for (its `waiting` lines),
 /// `replacements` in all, each joining `late` after it is asked for.
@@ -349,7 +352,7 @@ pub struct Script {
     pub replacements: usize,
     pub late: Duration,
     /// What the test does once a line containing the text is said (by anyone): once, in the driver.
-    pub at_line: Option<(&'static str, Box<dyn FnOnce() + Send + Sync>)>,
+    pub at_line: Option<(&'static str, Act)>,
     /// Where the membership lives: etcd, or (`None`) rank 0.
     #[cfg(feature = "etcd")]
     pub etcd: Option<crate::etcd::Store>,

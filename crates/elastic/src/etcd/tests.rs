@@ -230,3 +230,34 @@ fn the_quorum_lost_every_rank_ends_with_the_error_that_says_so() {
     );
     drop(stopped);
 }
+
+/// One of etcd's three members stopped once the ranks train: nothing changes for the job. No rank is
+/// counted dead, no generation is made but the first, and every rank ends well in the first world.
+#[test]
+fn one_etcd_member_stopped_changes_nothing_for_the_job() {
+    let Some((store, _cluster)) = exclusive() else {
+        return;
+    };
+    let stopped = Arc::new(Mutex::new(Stopped::default()));
+    let stopping = Arc::clone(&stopped);
+    let stop = move || {
+        let mut s = stopping.lock().unwrap_or_else(PoisonError::into_inner);
+        s.stop(1);
+    };
+    let end = run(Script {
+        iters: 8000,
+        at_line: Some(("phase=steady", Box::new(stop))),
+        ..script(store, 4, vec![])
+    });
+    assert!(
+        end.log.iter().any(|(who, _)| who == "test"),
+        "the member was stopped while the ranks trained"
+    );
+    assert!(
+        !end.log.iter().any(|(_, l)| l.contains("phase=detect")),
+        "a loss\n{:#?}",
+        end.log
+    );
+    end.assert_world(4);
+    drop(stopped);
+}
