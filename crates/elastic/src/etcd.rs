@@ -199,7 +199,7 @@ impl Inner {
 
 /// A rank's membership of a job kept in etcd: a thread that watches the job, one that coordinates
 /// while this rank holds the role, and the calls of [`Membership`] on what they read.
-pub struct Etcd {
+pub(crate) struct Etcd {
     inner: Arc<Inner>,
     threads: Vec<JoinHandle<()>>,
     leaver: Leaver,
@@ -449,7 +449,10 @@ impl Membership for Etcd {
             &format!("plan/{}", gen + 1),
             next.encode().as_bytes(),
         ) {
-            Ok(true) => (inner.say)(coordinator::line(inner, &term, gen + 1, "grow", size)),
+            Ok(true) => {
+                (inner.say)(coordinator::line(inner, &term, gen + 1, "grow", size));
+                coordinator::prune(inner, &term, gen + 1);
+            }
             Ok(false) => return Ok(Some(Order::Recover { gen })),
             Err(_) => return Ok(None),
         }

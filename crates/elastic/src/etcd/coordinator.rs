@@ -245,8 +245,21 @@ impl Coordinating {
             .create_state(term, &key, plan.encode().as_bytes())?
         {
             (self.inner.say)(line(&self.inner, term, plan.gen, how, plan.names.len()));
+            prune(&self.inner, term, plan.gen);
         }
         Ok(())
+    }
+}
+
+/// Once generation `gen` is made, the keys of generation `gen - 2` go (its plan, its mark, who was
+/// asked for its id): a job holds those of three generations at most, however long it lives. A
+/// failure leaves them to the next generation's pruning.
+pub(super) fn prune(inner: &Inner, term: &Leadership, gen: u64) {
+    let Some(old) = gen.checked_sub(2) else {
+        return;
+    };
+    for key in ["plan", "lost", "idfrom"] {
+        let _ = inner.member.clear(term, &format!("{key}/{old}"), None);
     }
 }
 

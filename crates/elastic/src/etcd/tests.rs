@@ -34,6 +34,32 @@ fn store() -> Option<Store> {
     Some(Store { etcd, token })
 }
 
+#[test]
+fn the_etcd_membership_is_chosen_by_its_endpoints_and_needs_a_job_token() {
+    let vars = |pairs: &'static [(&'static str, &'static str)]| {
+        move |name: &str| {
+            let found = pairs.iter().find(|(n, _)| *n == name);
+            found.map(|(_, v)| v.to_string())
+        }
+    };
+    assert_eq!(Store::from_vars(&vars(&[])), Ok(None), "the embedded one");
+    let no_token = Store::from_vars(&vars(&[(ENDPOINTS_VAR, "http://127.0.0.1:2379")]));
+    let err = no_token.expect_err("no token");
+    assert!(err.contains("METRALE_JOB_TOKEN"), "{err}");
+    const SET: &[(&str, &str)] = &[
+        (ENDPOINTS_VAR, "http://127.0.0.1:2379"),
+        ("METRALE_JOB_TOKEN", "t0k3n"),
+    ];
+    let store = Store::from_vars(&vars(SET))
+        .expect("valid")
+        .expect("chosen");
+    assert_eq!(
+        store.etcd.endpoints,
+        vec!["http://127.0.0.1:2379".to_string()]
+    );
+    assert_eq!(store.token.key(), b"t0k3n");
+}
+
 /// Readers: the tests that leave etcd's members alone. Writers: those that stop some.
 static CLUSTER: RwLock<()> = RwLock::new(());
 
