@@ -42,6 +42,10 @@ pub struct Config {
     /// For tests only: how long rank 0 waits between its last look at the rendezvous and
     /// `ncclCommGetUniqueId` (see [`GROW_ID_DELAY`]).
     pub grow_id_delay: Duration,
+    /// Where the membership lives when it is kept in etcd ([`crate::etcd`]): set where the operator set
+    /// `METRALE_ETCD_ENDPOINTS`; `None` keeps it in rank 0.
+    #[cfg(feature = "etcd")]
+    pub etcd: Option<crate::etcd::Store>,
 }
 
 /// The variable behind [`Config::grow_id_delay`]: a rank killed on rank 0's `phase=growid` line then
@@ -119,6 +123,8 @@ impl Config {
             iters: iters as usize,
             min_size: min_size as usize,
             grow_id_delay,
+            #[cfg(feature = "etcd")]
+            etcd: crate::etcd::Store::from_vars(env)?,
         })
     }
 }

@@ -30,7 +30,7 @@ use metrale_gpu_launch::line::Lines;
 use metrale_gpu_launch::token::JobToken;
 
 use crate::clock::{Clock, Monotonic};
-use crate::membership::{lock, shared, wait_until, NewId, Order, Shared};
+use crate::membership::{below_minimum, lock, shared, wait_until, NewId, Order, Shared};
 use crate::protocol::{rank_list, Held, How, Message, Plan, LINE_CAP, SILENCE};
 
 /// A member of the current generation, in rank order; rank 0 itself has no connection.
@@ -459,13 +459,7 @@ impl Coordinator {
             .filter(|&i| r.members[i].alive)
             .collect();
         if survivors.len() < r.min {
-            let why = format!(
-                "generation {lost} left {} live rank(s), fewer than --min-size {}: the job cannot go on \
-                 (dead: ranks {} of generation {lost})",
-                survivors.len(),
-                r.min,
-                rank_list(&dead)
-            );
+            let why = below_minimum(lost, survivors.len(), r.min, &dead);
             r.end(&why);
             return Err(why);
         }

@@ -2,10 +2,14 @@
 //! and making, growing and giving up communicators. NCCL does it in [`crate::run`] (NCCL 2.29+); the
 //! CPU tests do it with fake ranks, so that the same life, agreement included, runs without a GPU.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::membership::Membership;
 use crate::protocol::Held;
+
+/// Where a thread of the membership (not the rank's own) says its `ELASTIC` lines.
+pub type Sink = Arc<dyn Fn(String) + Send + Sync>;
 
 /// How a rank learnt that a collective of generation `gen` will never finish, and what it holds.
 #[derive(Clone, Debug)]
@@ -57,6 +61,12 @@ pub trait Fabric {
 
     /// Prints one `ELASTIC` line.
     fn say(&mut self, line: String) -> Result<(), String>;
+
+    /// Where the membership's own threads say their lines (the etcd coordinator's): stdout unless the
+    /// fabric keeps its lines elsewhere.
+    fn sink(&self) -> Sink {
+        Arc::new(|line| println!("{line}"))
+    }
 
     /// A new unique id, for the first world or a new communicator after a loss.
     fn new_id(&mut self) -> Result<String, String>;

@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, First};
-use crate::fabric::{unix_us, Fabric, Lost, Outcome, Place};
+use crate::fabric::{unix_us, Fabric, Lost, Outcome, Place, Sink};
 use crate::lines;
 use crate::membership::{lock, shared, Membership, Shared};
 use crate::protocol::Held;
@@ -23,6 +23,10 @@ pub const KILLED: &str = "killed by the test";
 const ROUND: Duration = Duration::from_millis(1);
 /// How often a fake wait looks at its communicator, the news and the kills.
 const POLL: Duration = Duration::from_millis(1);
+
+/// The victim of a [`Kill`] that is whoever holds the coordinating role (the etcd membership's) when
+/// the kill's line is said: the rank that said the last `phase=coordinator` line.
+pub const COORDINATOR: &str = "the coordinator";
 
 /// A rank to kill: `victim` (a process's name: `rank 3`, `replacement 1`) dies at its `calls`-th call
 /// (0: at once, even in a wait) after a line containing `phase` was printed by `by` (a name; `None`:
@@ -76,14 +80,17 @@ struct World {
     ids: u64,
     /// A place given twice in one round or making, sizes or parents that differ: the protocol broke.
     broken: Vec<String>,
+    /// The [`COORDINATOR`]'s kill happened.
+    coordinator_killed: bool,
 }
 
 /// One fake rank's side: its name and the shared world.
 struct FakeRank {
     name: String,
     world: Shared<World>,
-    /// This rank's kill: the line that triggers it (`phase=…`, and who prints it) and the calls after.
-    kill: Option<(String, String, usize)>,
+    /// This rank's kill: the line that triggers it (`phase=…`, and who prints it) and the calls after;
+    /// whether it is the [`COORDINATOR`]'s (it dies only if it holds the role then).
+    kill: Option<(String, String, usize, bool)>,
     /// Lines of the log already looked at for the trigger.
     seen: usize,
     /// Calls made, and (below) their count when the trigger was seen.
@@ -94,16 +101,25 @@ struct FakeRank {
 impl FakeRank {
     /// An error once this rank is to die now.
     fn alive(&mut self) -> Result<(), String> {
-        let Some((needle, by, calls)) = &self.kill else {
+        let Some((needle, by, calls, coordinator)) = &self.kill else {
             return Ok(());
         };
         if self.doomed_at.is_none() {
-            let w = lock(&self.world);
+            let mut w = lock(&self.world);
             let due = w.log[self.seen..]
                 .iter()
                 .any(|(who, line)| who == by && line.contains(needle.as_str()));
             self.seen = w.log.len();
-            if due {
+            let holder = || {
+                let mut said = w.log.iter().rev();
+                said.find(|(_, line)| line.contains("phase=coordinator "))
+                    .is_some_and(|(who, _)| *who == self.name)
+            };
+            // The coordinator's kill is one death: of the rank that holds the role the first time
+            // the line is said by a holder.
+            let mine = !coordinator || (holder() && !w.coordinator_killed);
+            if due && mine {
+                w.coordinator_killed |= *coordinator;
                 self.doomed_at = Some(self.calls);
             }
         }
@@ -189,6 +205,11 @@ impl Fabric for FakeRank {
     fn say(&mut self, line: String) -> Result<(), String> {
         lock(&self.world).log.push((self.name.clone(), line));
         self.alive()
+    }
+
+    fn sink(&self) -> Sink {
+        let (world, name) = (Arc::clone(&self.world), self.name.clone());
+        Arc::new(move |line| lock(&world).log.push((name.clone(), line)))
     }
 
     fn new_id(&mut self) -> Result<String, String> {
@@ -316,6 +337,9 @@ impl Fabric for FakeRank {
     }
 }
 
+/// What a test does at a line of the world ([`Script::at_line`]).
+pub type Act = Box<dyn FnOnce() + Send + Sync>;
+
 /// How a test's world goes: `world` ranks training `iters` rounds at `--deadline` `deadline`, the job
 /// going on down to `min_size`; `kills`; as many replacements as rank 0 asks for (its `waiting` lines),
 /// `replacements` in all, each joining `late` after it is asked for.
@@ -327,6 +351,11 @@ pub struct Script {
     pub kills: Vec<Kill>,
     pub replacements: usize,
     pub late: Duration,
+    /// What the test does once a line containing the text is said (by anyone): once, in the driver.
+    pub at_line: Option<(&'static str, Act)>,
+    /// Where the membership lives: etcd, or (`None`) rank 0.
+    #[cfg(feature = "etcd")]
+    pub etcd: Option<crate::etcd::Store>,
 }
 
 impl Script {
@@ -341,6 +370,9 @@ impl Script {
             kills,
             replacements: usize::MAX,
             late: Duration::ZERO,
+            at_line: None,
+            #[cfg(feature = "etcd")]
+            etcd: None,
         }
     }
 }
@@ -366,20 +398,26 @@ fn config(script: &Script, first: Option<First>, master: &str) -> Config {
         iters: script.iters,
         min_size: script.min_size,
         grow_id_delay: Duration::ZERO,
+        #[cfg(feature = "etcd")]
+        etcd: script.etcd.clone(),
     }
 }
 
 /// Runs `script` to its end: every process's thread ends (or the test fails at [`WORLD_LIMIT`]).
 pub fn run(script: Script) -> Ending {
     let world = shared(World::default());
+    let mut script = script;
+    let mut at_line = script.at_line.take();
     let script = Arc::new(script);
     let spawn = |name: String, master: String, first: Option<First>, delay: Duration| {
         let (world, script) = (Arc::clone(&world), Arc::clone(&script));
         std::thread::spawn(move || {
             std::thread::sleep(delay);
-            let kill = script.kills.iter().find(|k| k.victim == name).map(|k| {
+            let mine = |k: &&Kill| k.victim == name || k.victim == COORDINATOR;
+            let kill = script.kills.iter().find(mine).map(|k| {
                 let by = k.by.map_or(name.clone(), str::to_string);
-                (format!("phase={}", k.phase), by, k.calls)
+                let coordinator = k.victim == COORDINATOR;
+                (format!("phase={}", k.phase), by, k.calls, coordinator)
             });
             let mut rank = FakeRank {
                 name,
@@ -408,7 +446,16 @@ pub fn run(script: Script) -> Ending {
             Duration::ZERO,
         ),
     )];
+    // With the membership in etcd no rank listens: every rank starts at once, and the coordinator's
+    // lines (whoever holds the role) steer the replacements.
+    #[cfg(feature = "etcd")]
+    let etcd = script.etcd.is_some();
+    #[cfg(not(feature = "etcd"))]
+    let etcd = false;
     let port = loop {
+        if etcd {
+            break "0".to_string();
+        }
         let said = lock(&world).log.iter().find_map(|(_, line)| {
             line.strip_prefix("ELASTIC phase=listening port=")
                 .map(str::to_string)
@@ -435,11 +482,20 @@ pub fn run(script: Script) -> Ending {
             "the world did not end within {WORLD_LIMIT:?}: {:#?}",
             lock(&world).log
         );
+        let hook = at_line.take_if(|(needle, _)| {
+            let w = lock(&world);
+            w.log[read..].iter().any(|(_, l)| l.contains(*needle))
+        });
+        if let Some((needle, act)) = hook {
+            act();
+            let done = format!("TEST did what it does at {needle:?}");
+            lock(&world).log.push(("test".into(), done));
+        }
         let lines: Vec<String> = {
             let w = lock(&world);
             let new = w.log[read..]
                 .iter()
-                .filter(|(who, _)| who == "rank 0")
+                .filter(|(who, _)| etcd || who == "rank 0")
                 .map(|(_, line)| line.clone())
                 .collect();
             read = w.log.len();
@@ -490,7 +546,7 @@ pub fn run(script: Script) -> Ending {
 
 impl Ending {
     /// Whether `name` was killed.
-    fn killed(&self, name: &str) -> bool {
+    pub fn killed(&self, name: &str) -> bool {
         self.results
             .iter()
             .any(|(n, end)| n == name && end.as_ref().err().is_some_and(|e| e == KILLED))

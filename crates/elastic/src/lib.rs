@@ -14,6 +14,8 @@
 //! - [`membership`]: who is alive, the agreement and the grows behind one seam, [`Membership`]; the
 //!   embedded backend keeps it in rank 0 (a rendezvous on the launch crate's door: job token,
 //!   HMAC challenge-response, caps), whose death ends the job.
+//! - `etcd` (feature `etcd`): the membership kept in etcd, where the job outlives any rank, the
+//!   coordinator included; chosen where `METRALE_ETCD_ENDPOINTS` is set.
 //! - [`protocol`]: the rendezvous's messages, one line each.
 //! - [`fabric`]: what a rank's life asks of the GPU side, so that the same life runs on NCCL or on the
 //!   tests' fake ranks.
@@ -23,6 +25,8 @@ mod client;
 mod clock;
 pub mod config;
 mod coordinator;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod fabric;
 #[cfg(test)]
 mod fake;

@@ -181,6 +181,16 @@ impl Membership for Client {
     }
 }
 
+/// Why the job ends where generation `gen` left `live` ranks, fewer than `min` (`dead`: its ranks that
+/// died): the same words from either membership.
+pub fn below_minimum(gen: u64, live: usize, min: usize, dead: &[usize]) -> String {
+    format!(
+        "generation {gen} left {live} live rank(s), fewer than --min-size {min}: the job cannot go on \
+         (dead: ranks {} of generation {gen})",
+        crate::protocol::rank_list(dead)
+    )
+}
+
 /// How long each step of a recovery may take, from the deadline D ([`crate::Config::deadline`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Bounds {

@@ -50,6 +50,23 @@ pub enum Held {
     Aborted,
 }
 
+impl Held {
+    /// Its word on the wire: `revoked` or `aborted`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Held::Revoked => "revoked",
+            Held::Aborted => "aborted",
+        }
+    }
+
+    /// The `Held` of a word [`Held::word`] wrote.
+    pub fn from_word(word: &str) -> Option<Held> {
+        [Held::Revoked, Held::Aborted]
+            .into_iter()
+            .find(|h| h.word() == word)
+    }
+}
+
 /// How the next generation is made.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum How {
@@ -129,13 +146,7 @@ impl fmt::Display for Message {
         match self {
             Message::Hello { rank } => write!(f, "HELLO {rank}"),
             Message::Join => write!(f, "JOIN"),
-            Message::Lost { gen, held } => {
-                let held = match held {
-                    Held::Revoked => "revoked",
-                    Held::Aborted => "aborted",
-                };
-                write!(f, "LOST {gen} {held}")
-            }
+            Message::Lost { gen, held } => write!(f, "LOST {gen} {}", held.word()),
             Message::Ready { gen } => write!(f, "READY {gen}"),
             Message::Done => write!(f, "DONE"),
             Message::Beat => write!(f, "BEAT"),
@@ -191,11 +202,7 @@ impl Message {
             "HELLO" => exactly(1, Message::Hello { rank: count(0)? }),
             "JOIN" => exactly(0, Message::Join),
             "LOST" => {
-                let held = match token(1)?.as_str() {
-                    "revoked" => Held::Revoked,
-                    "aborted" => Held::Aborted,
-                    _ => return Err(bad()),
-                };
+                let held = Held::from_word(&token(1)?).ok_or_else(bad)?;
                 exactly(2, Message::Lost { gen: num(0)?, held })
             }
             "READY" => exactly(1, Message::Ready { gen: num(0)? }),

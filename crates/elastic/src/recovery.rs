@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::client::Client;
+use crate::client::{Client, Joined};
 use crate::config::{Config, First};
 use crate::coordinator::Coordinator;
 use crate::fabric::{self, Fabric, Lost, Outcome, Place};
@@ -17,7 +17,7 @@ use crate::membership::{Bounds, Membership, Order};
 use crate::protocol::{rank_list, Held, How};
 
 /// How long the rendezvous, the first init and a replacement's arrival may take.
-const STARTUP: Duration = Duration::from_secs(120);
+pub(crate) const STARTUP: Duration = Duration::from_secs(120);
 /// After this many rounds a rank says it is in its steady loop (a supervisor may kill it then).
 const STEADY_MARK: usize = 100;
 /// Rank 0 says how far training has come every this many rounds, so that a watcher tells a slow job
@@ -105,6 +105,10 @@ impl<C: Copy> Step<C> {
 /// A rank's life on `fabric`: a rank of the first world ([`Config::first`]) or a replacement. What
 /// [`crate::run`] does on NCCL; the CPU tests run it on fake ranks.
 pub fn run_with<F: Fabric>(config: &Config, fabric: &mut F) -> Result<(), String> {
+    #[cfg(feature = "etcd")]
+    if let Some(store) = &config.etcd {
+        return crate::etcd::run(config, store, fabric);
+    }
     match config.first {
         Some(first) => run_member(config, first, fabric),
         None => run_replacement(config, fabric),
@@ -127,12 +131,24 @@ fn run_member<F: Fabric>(args: &Config, first: First, fabric: &mut F) -> Result<
         let (client, id) = Client::hello(&args.master, rank, STARTUP)?;
         (Box::new(client) as Box<dyn Membership>, id)
     };
+    first_life(args, first, fabric, who.as_ref(), &id)
+}
+
+/// The life of a rank of the first world on `who`, from the first unique id `id` on: init, training,
+/// and recovery as it comes.
+pub(crate) fn first_life<F: Fabric>(
+    args: &Config,
+    First { rank, world_size }: First,
+    fabric: &mut F,
+    who: &dyn Membership,
+    id: &str,
+) -> Result<(), String> {
     let at = Place {
         gen: 0,
         rank,
         size: world_size,
     };
-    let comm = fabric.init(at, &id, STARTUP, who.as_ref())?;
+    let comm = fabric.init(at, id, STARTUP, who)?;
     let line =
         format!("ELASTIC phase=steady rank={rank} size={world_size} iterations={STEADY_MARK}");
     let step = Step::Made {
@@ -142,12 +158,22 @@ fn run_member<F: Fabric>(args: &Config, first: First, fabric: &mut F) -> Result<
         checks: STEADY_MARK,
         line,
     };
-    live(args, fabric, who.as_ref(), step)
+    live(args, fabric, who, step)
 }
 
 /// A replacement: joins through the rendezvous and the grow, then lives as the others do.
 fn run_replacement<F: Fabric>(args: &Config, fabric: &mut F) -> Result<(), String> {
     let (who, joined) = Client::join(&args.master, STARTUP)?;
+    replacement_life(args, fabric, &who, &joined)
+}
+
+/// The life of a replacement on `who`, from its place in a grow on: the grow, then as the others.
+pub(crate) fn replacement_life<F: Fabric>(
+    args: &Config,
+    fabric: &mut F,
+    who: &dyn Membership,
+    joined: &Joined,
+) -> Result<(), String> {
     let at = Place {
         gen: joined.gen,
         rank: joined.rank,
@@ -156,13 +182,13 @@ fn run_replacement<F: Fabric>(args: &Config, fabric: &mut F) -> Result<(), Strin
     let step = grown(
         args,
         fabric,
-        &who,
+        who,
         None,
         at,
         Some(&joined.id),
         joined.after + 1,
     );
-    live(args, fabric, &who, step)
+    live(args, fabric, who, step)
 }
 
 /// From `step` on: train, recover, grow, until the last round or a failure the rank cannot recover from.

@@ -98,8 +98,9 @@ impl JobToken {
         self.source.is_empty()
     }
 
-    /// The key of the proofs.
-    pub(crate) fn key(&self) -> &[u8] {
+    /// The key of the proofs, and of whatever else keeps this job apart from others (the etcd
+    /// membership's key prefix). A secret: never print it, never send it.
+    pub fn key(&self) -> &[u8] {
         &self.key
     }
     /// The token of this job, from the first source of the table above that `env` has.

@@ -1,0 +1,289 @@
+//! Whole lives of fake ranks (`fake.rs`) with their membership in a real etcd cluster:
+//! `ci/etcd-cluster -- cargo test -p metrale-gpu-elastic --features etcd`. The coordinator is killed
+//! in the steady state and during a recovery; each test asserts that every rank not killed ends in
+//! the final world of the size the rules say, and that no two ranks made one generation. Without a
+//! cluster (`METRALE_ETCD_ENDPOINTS` unset) each prints `SKIP <test>: <why>` and passes.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
+
+use metrale_gpu_launch::token::JobToken;
+
+use super::{Store, ENDPOINTS_VAR};
+use crate::fake::{run, Ending, Kill, Script, COORDINATOR};
+use crate::lines;
+
+/// The cluster's store for a job of this test's own (a token of its own, a 3 s lease), or `None`
+/// after the skip line.
+fn store() -> Option<Store> {
+    if std::env::var_os(ENDPOINTS_VAR).is_none() {
+        metrale_gpu_testkit::skip::skip(format!(
+            "no etcd cluster: {ENDPOINTS_VAR} is unset (run under ci/etcd-cluster)"
+        ));
+        return None;
+    }
+    let mut etcd = metrale_gpu_elastic_etcd::Config::from_env().expect("ci/etcd-cluster's config");
+    // Short enough for a test, long enough that a loaded machine's renewals keep every live lease.
+    etcd.lease_ttl = Duration::from_secs(3);
+    etcd.call_timeout = Duration::from_secs(1);
+    let test = std::thread::current().name().unwrap_or("test").to_string();
+    let value = format!("{test}-{}-{}", std::process::id(), crate::fabric::unix_us());
+    let token = JobToken::new("the test", &value).expect("a token");
+    Some(Store { etcd, token })
+}
+
+#[test]
+fn the_etcd_membership_is_chosen_by_its_endpoints_and_needs_a_job_token() {
+    let vars = |pairs: &'static [(&'static str, &'static str)]| {
+        move |name: &str| {
+            let found = pairs.iter().find(|(n, _)| *n == name);
+            found.map(|(_, v)| v.to_string())
+        }
+    };
+    assert_eq!(Store::from_vars(&vars(&[])), Ok(None), "the embedded one");
+    let no_token = Store::from_vars(&vars(&[(ENDPOINTS_VAR, "http://127.0.0.1:2379")]));
+    let err = no_token.expect_err("no token");
+    assert!(err.contains("METRALE_JOB_TOKEN"), "{err}");
+    const SET: &[(&str, &str)] = &[
+        (ENDPOINTS_VAR, "http://127.0.0.1:2379"),
+        ("METRALE_JOB_TOKEN", "t0k3n"),
+    ];
+    let store = Store::from_vars(&vars(SET))
+        .expect("valid")
+        .expect("chosen");
+    assert_eq!(
+        store.etcd.endpoints,
+        vec!["http://127.0.0.1:2379".to_string()]
+    );
+    assert_eq!(store.token.key(), b"t0k3n");
+}
+
+/// Readers: the tests that leave etcd's members alone. Writers: those that stop some.
+static CLUSTER: RwLock<()> = RwLock::new(());
+
+/// For a test that leaves etcd's members alone: the store, and a share of the cluster.
+fn shared() -> Option<(Store, RwLockReadGuard<'static, ()>)> {
+    let store = store()?;
+    Some((
+        store,
+        CLUSTER.read().unwrap_or_else(PoisonError::into_inner),
+    ))
+}
+
+/// For a test that stops etcd members: the store, and the cluster to itself.
+fn exclusive() -> Option<(Store, RwLockWriteGuard<'static, ()>)> {
+    let store = store()?;
+    Some((
+        store,
+        CLUSTER.write().unwrap_or_else(PoisonError::into_inner),
+    ))
+}
+
+/// etcd members a test stopped, started again when dropped, the test passed or not.
+#[derive(Default)]
+struct Stopped(Vec<usize>);
+
+impl Stopped {
+    fn stop(&mut self, n: usize) {
+        ctl("stop", n);
+        self.0.push(n);
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        for n in self.0.drain(..) {
+            ctl("start", n);
+        }
+    }
+}
+
+/// ci/etcd-cluster's control: `stop N` (its port closed when it returns) or `start N` (healthy).
+fn ctl(what: &str, n: usize) {
+    let dir =
+        std::env::var("METRALE_ETCD_CLUSTER").expect("METRALE_ETCD_CLUSTER, from ci/etcd-cluster");
+    let status = Command::new(format!("{dir}/ctl"))
+        .args([what, &n.to_string()])
+        .status();
+    assert!(
+        matches!(status, Ok(s) if s.success()),
+        "ci/etcd-cluster ctl {what} {n}: {status:?}"
+    );
+}
+
+/// `world` ranks in etcd with `kills`, replacements as the coordinator asks for them.
+fn script(store: Store, world: usize, kills: Vec<Kill>) -> Script {
+    Script {
+        iters: 3000,
+        etcd: Some(store),
+        ..Script::new(world, kills)
+    }
+}
+
+/// Who made each generation (and in which term), from the coordinators' lines: one each, or the test
+/// fails. The coordinators, in the order they took the role.
+fn one_coordinator_per_generation(end: &Ending) -> Vec<String> {
+    let mut made: BTreeMap<usize, Vec<(String, usize)>> = BTreeMap::new();
+    let mut took = Vec::new();
+    for (who, line) in &end.log {
+        if line.contains("phase=coordinate ") {
+            let gen = lines::number(line, "gen").expect("a generation");
+            let term = lines::number(line, "term").expect("a term");
+            made.entry(gen).or_default().push((who.clone(), term));
+        }
+        if line.contains("phase=coordinator ") {
+            took.push(who.clone());
+        }
+    }
+    for (gen, by) in &made {
+        assert_eq!(
+            by.len(),
+            1,
+            "generation {gen} made by {by:?}\n{:#?}",
+            end.log
+        );
+    }
+    assert!(made.contains_key(&0), "generation 0 made\n{:#?}", end.log);
+    took
+}
+
+#[test]
+fn the_coordinator_killed_in_the_steady_state_the_job_goes_on_at_full_size() {
+    let Some((store, _cluster)) = shared() else {
+        return;
+    };
+    let kill = Kill::on_own(COORDINATOR, "steady", 0);
+    let end = run(script(store, 4, vec![kill]));
+    assert_eq!(end.deaths(), 1, "{:#?}", end.log);
+    let took = one_coordinator_per_generation(&end);
+    assert!(took.len() >= 2, "another rank took the role: {took:?}");
+    assert!(end.killed(&took[0]), "the first coordinator died: {took:?}");
+    end.assert_world(4);
+}
+
+#[test]
+fn the_coordinator_killed_during_the_agreement_a_new_one_ends_the_recovery() {
+    let Some((store, _cluster)) = shared() else {
+        return;
+    };
+    let kills = vec![
+        Kill::on_rank0("rank 3", "steady"),
+        // The coordinator dies once it gave up on the lost generation, before any plan.
+        Kill::on_own(COORDINATOR, "detect", 0),
+    ];
+    let end = run(script(store, 6, kills));
+    assert_eq!(end.deaths(), 2, "{:#?}", end.log);
+    let took = one_coordinator_per_generation(&end);
+    assert!(took.len() >= 2, "another rank took the role: {took:?}");
+    end.assert_world(6);
+}
+
+#[test]
+fn without_replacements_the_survivors_of_the_coordinators_death_train_to_the_end() {
+    let Some((store, _cluster)) = shared() else {
+        return;
+    };
+    let kill = Kill::on_own(COORDINATOR, "steady", 0);
+    let end = run(Script {
+        replacements: 0,
+        ..script(store, 4, vec![kill])
+    });
+    one_coordinator_per_generation(&end);
+    end.assert_world(3);
+}
+
+#[test]
+fn the_coordinator_killed_while_the_world_grows_a_new_one_recovers_and_grows_it_again() {
+    let Some((store, _cluster)) = shared() else {
+        return;
+    };
+    let kills = vec![
+        Kill::on_rank0("rank 3", "steady"),
+        // The coordinator made the grow id and announced the grow; it dies as the grow begins.
+        Kill::on_own(COORDINATOR, "growing", 0),
+    ];
+    let end = run(script(store, 4, kills));
+    assert_eq!(end.deaths(), 2, "{:#?}", end.log);
+    let took = one_coordinator_per_generation(&end);
+    assert!(took.len() >= 2, "another rank took the role: {took:?}");
+    let grows = end
+        .log
+        .iter()
+        .filter(|(_, l)| l.contains("phase=coordinate ") && l.contains("how=grow"))
+        .count();
+    assert!(
+        grows >= 2,
+        "a grow before the death and one after\n{:#?}",
+        end.log
+    );
+    end.assert_world(4);
+}
+
+/// Two of etcd's three members stopped once the ranks train: no generation is made after, and every
+/// rank ends with the error that names the loss of quorum and its fix.
+#[test]
+fn the_quorum_lost_every_rank_ends_with_the_error_that_says_so() {
+    let Some((store, _cluster)) = exclusive() else {
+        return;
+    };
+    let stopped = Arc::new(Mutex::new(Stopped::default()));
+    let stopping = Arc::clone(&stopped);
+    let stop = move || {
+        let mut s = stopping.lock().unwrap_or_else(PoisonError::into_inner);
+        s.stop(0);
+        s.stop(1);
+    };
+    let end = run(Script {
+        iters: 100_000,
+        replacements: 0,
+        at_line: Some(("phase=steady", Box::new(stop))),
+        ..script(store, 3, vec![])
+    });
+    let live = end.live();
+    assert_eq!(live.len(), 3, "{:#?}", end.log);
+    for (name, result) in live {
+        let err = result.as_ref().expect_err("the job cannot go on");
+        assert!(err.contains("lost its quorum"), "{name}: {err}");
+    }
+    let at = end.log.iter().position(|(who, _)| who == "test");
+    let after = &end.log[at.expect("the members were stopped")..];
+    assert!(
+        !after.iter().any(|(_, l)| l.contains("phase=coordinate ")),
+        "a generation made without a quorum\n{:#?}",
+        end.log
+    );
+    drop(stopped);
+}
+
+/// One of etcd's three members stopped once the ranks train: nothing changes for the job. No rank is
+/// counted dead, no generation is made but the first, and every rank ends well in the first world.
+#[test]
+fn one_etcd_member_stopped_changes_nothing_for_the_job() {
+    let Some((store, _cluster)) = exclusive() else {
+        return;
+    };
+    let stopped = Arc::new(Mutex::new(Stopped::default()));
+    let stopping = Arc::clone(&stopped);
+    let stop = move || {
+        let mut s = stopping.lock().unwrap_or_else(PoisonError::into_inner);
+        s.stop(1);
+    };
+    let end = run(Script {
+        iters: 8000,
+        at_line: Some(("phase=steady", Box::new(stop))),
+        ..script(store, 4, vec![])
+    });
+    assert!(
+        end.log.iter().any(|(who, _)| who == "test"),
+        "the member was stopped while the ranks trained"
+    );
+    assert!(
+        !end.log.iter().any(|(_, l)| l.contains("phase=detect")),
+        "a loss\n{:#?}",
+        end.log
+    );
+    end.assert_world(4);
+    drop(stopped);
+}
