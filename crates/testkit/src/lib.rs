@@ -20,12 +20,14 @@
 //! - [`skip`]: the one line a test prints when it cannot hold where it runs, visible and counted.
 //! - [`strays`]: what port scanners, floods and other jobs' ranks send to a rendezvous, and what each saw.
 //! - [`peak`]: the process's peak resident memory, for the tests that show a flood costs none.
+//! - [`etcd_cluster`]: the members of `ci/etcd-cluster`'s etcd, stopped and started again by a test.
 
 pub mod child;
 pub mod codec;
 pub mod deps;
 pub mod devbuf;
 pub mod device_memory;
+pub mod etcd_cluster;
 pub mod gpu;
 pub mod op;
 pub mod peak;

@@ -2,8 +2,7 @@
 //! members' control, and a lock that keeps the tests that stop etcd members from running beside others.
 
 use metrale_gpu_elastic_etcd::Config;
-use std::io::Write as _;
-use std::process::Command;
+use metrale_gpu_testkit::skip::skip;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -13,16 +12,7 @@ static CLUSTER: RwLock<()> = RwLock::new(());
 /// The cluster's config (the defaults: a 5 s lease, 1.5 s calls), or `None` after a skip line.
 fn config() -> Option<Config> {
     if std::env::var_os("METRALE_ETCD_ENDPOINTS").is_none() {
-        // The line testkit::skip prints (this crate does not depend on the testkit, which builds the -sys
-        // crate): on stderr, past the harness's capture, in one write.
-        let test = std::thread::current()
-            .name()
-            .unwrap_or("unnamed-test")
-            .to_string();
-        let why = "no etcd cluster: METRALE_ETCD_ENDPOINTS is unset (run under ci/etcd-cluster)";
-        let _ = std::io::stderr()
-            .lock()
-            .write_all(format!("\nSKIP {test}: {why}\n").as_bytes());
+        skip("no etcd cluster: METRALE_ETCD_ENDPOINTS is unset (run under ci/etcd-cluster)");
         return None;
     }
     Some(Config::from_env().expect("ci/etcd-cluster's METRALE_ETCD_ENDPOINTS is a valid config"))
@@ -48,38 +38,7 @@ pub fn token(test: &str) -> Vec<u8> {
     format!("{test}-{}-{nanos}", std::process::id()).into_bytes()
 }
 
-/// etcd members stopped by a test; started again when dropped, the test passed or not.
-#[derive(Default)]
-pub struct Stopped(Vec<usize>);
-
-impl Stopped {
-    /// Stops etcd member `n` (SIGKILL; its port closed when this returns).
-    pub fn stop(&mut self, n: usize) {
-        ctl("stop", n);
-        self.0.push(n);
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        for n in self.0.drain(..) {
-            ctl("start", n);
-        }
-    }
-}
-
-/// Runs ci/etcd-cluster's control: `stop N` or `start N` (each bounded there).
-fn ctl(what: &str, n: usize) {
-    let dir = std::env::var("METRALE_ETCD_CLUSTER")
-        .expect("METRALE_ETCD_CLUSTER, set by ci/etcd-cluster");
-    let status = Command::new(format!("{dir}/ctl"))
-        .args([what, &n.to_string()])
-        .status();
-    assert!(
-        matches!(status, Ok(s) if s.success()),
-        "ci/etcd-cluster ctl {what} {n}: {status:?}"
-    );
-}
+pub use metrale_gpu_testkit::etcd_cluster::Stopped;
 
 /// Which of the cluster's members (by its place in METRALE_ETCD_ENDPOINTS) is raft's leader now.
 pub fn leader(config: &Config) -> usize {

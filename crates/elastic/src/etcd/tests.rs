@@ -5,11 +5,11 @@
 //! cluster (`METRALE_ETCD_ENDPOINTS` unset) each prints `SKIP <test>: <why>` and passes.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use metrale_gpu_launch::token::JobToken;
+use metrale_gpu_testkit::etcd_cluster::Stopped;
 
 use super::{Store, ENDPOINTS_VAR};
 use crate::fake::{run, Ending, Kill, Script, COORDINATOR};
@@ -79,38 +79,6 @@ fn exclusive() -> Option<(Store, RwLockWriteGuard<'static, ()>)> {
         store,
         CLUSTER.write().unwrap_or_else(PoisonError::into_inner),
     ))
-}
-
-/// etcd members a test stopped, started again when dropped, the test passed or not.
-#[derive(Default)]
-struct Stopped(Vec<usize>);
-
-impl Stopped {
-    fn stop(&mut self, n: usize) {
-        ctl("stop", n);
-        self.0.push(n);
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        for n in self.0.drain(..) {
-            ctl("start", n);
-        }
-    }
-}
-
-/// ci/etcd-cluster's control: `stop N` (its port closed when it returns) or `start N` (healthy).
-fn ctl(what: &str, n: usize) {
-    let dir =
-        std::env::var("METRALE_ETCD_CLUSTER").expect("METRALE_ETCD_CLUSTER, from ci/etcd-cluster");
-    let status = Command::new(format!("{dir}/ctl"))
-        .args([what, &n.to_string()])
-        .status();
-    assert!(
-        matches!(status, Ok(s) if s.success()),
-        "ci/etcd-cluster ctl {what} {n}: {status:?}"
-    );
 }
 
 /// `world` ranks in etcd with `kills`, replacements as the coordinator asks for them.
