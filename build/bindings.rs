@@ -4,6 +4,7 @@
 //!   layout of the structs the shim fills (`layout.rs`), what `bundled-bindings` checks the headers found
 //!   against.
 //! - `nccl_loaded.rs`: the same `nccl*` functions, loaded from libnccl at run time (`nccl_table.rs`).
+//! - `nccl_functions.rs`: their names and types, the table the loader reads (`nccl_table.rs`).
 //! - `cuda_driver.rs`: the driver table (`driver_table.rs`) around bindgen's declarations of the driver
 //!   functions, with cuda.h's `CUresult` names.
 
@@ -71,10 +72,9 @@ fn run(inputs: &Inputs) -> Result<(), String> {
         layouts.extend(device_layouts);
     }
     // The same functions, loaded at run time (the default; feature `link` uses the declarations' own).
-    write_text(
-        &inputs.out_dir.join("nccl_loaded.rs"),
-        &nccl_table::generate(&bindings)?,
-    )?;
+    let loaded = nccl_table::generate(&bindings)?;
+    write_text(&inputs.out_dir.join("nccl_functions.rs"), &loaded.functions)?;
+    write_text(&inputs.out_dir.join("nccl_loaded.rs"), &loaded.loaded)?;
     let facts = snapshot::facts(inputs.nccl, inputs.cuda, &layouts)?;
     write_text(&inputs.out_dir.join("facts.rs"), &facts)?;
 

@@ -1,10 +1,10 @@
 //! `nccl_loaded.rs`: NCCL's functions, loaded from libnccl at run time (the default; feature `link` links
-//! instead), generated from bindgen's declarations of every `nccl*` function in `bindings.rs`: nothing here
-//! names a function. Each keeps its C name and signature as an `unsafe extern "C" fn` that loads one slot and
-//! calls through it. A slot starts at the function's resolver, which loads the library (once, in
-//! `crate::loader`) and looks the one symbol up: found, the slot then holds the library's function; missing,
-//! the call returns the loader's status for it (`check_nccl` then names the function) and the slot keeps
-//! the resolver.
+//! instead), and `nccl_functions.rs`: their names and types, the table the loader reads. Both are generated
+//! from bindgen's declarations of every `nccl*` function in `bindings.rs`: nothing here names a function.
+//! Each keeps its C name and signature as an `unsafe extern "C" fn` that loads one slot and calls through
+//! it. A slot starts at the function's resolver, which loads the library (once, in `crate::loader`) and
+//! looks the one symbol up: found, the slot then holds the library's function; missing, the call returns
+//! the loader's status for it (`check_nccl` then names the function) and the slot keeps the resolver.
 
 use proc_macro2::{Literal, TokenStream};
 use quote::quote;
@@ -48,8 +48,18 @@ fn kept(attr: &&syn::Attribute) -> bool {
     attr.path().is_ident("must_use") || attr.path().is_ident("doc")
 }
 
-/// `nccl_loaded.rs` from bindgen's `bindings.rs` (as syn reads it).
-pub fn generate(bindings: &syn::File) -> Result<String, String> {
+/// The two generated files: `nccl_functions.rs` (the table the loader reads: the functions' names and
+/// types, beside bindgen's types in the crate's private `ffi` module) and `nccl_loaded.rs` (the functions
+/// themselves, their slots and resolvers, in `bindings`, which calls the loader).
+pub struct Generated {
+    /// `nccl_functions.rs`.
+    pub functions: String,
+    /// `nccl_loaded.rs`.
+    pub loaded: String,
+}
+
+/// `nccl_functions.rs` and `nccl_loaded.rs` from bindgen's `bindings.rs` (as syn reads it).
+pub fn generate(bindings: &syn::File) -> Result<Generated, String> {
     let declared = declarations(bindings)?;
     let mut wrappers = Vec::new();
     let mut signatures = Vec::new();
@@ -72,8 +82,8 @@ pub fn generate(bindings: &syn::File) -> Result<String, String> {
             pub unsafe extern "C" fn #name(#(#params),*) #ret {
                 #slot_safety
                 unsafe {
-                    let slot = loaded_functions::SLOTS[#index].load(::core::sync::atomic::Ordering::Acquire);
-                    let f = ::core::mem::transmute::<*mut (), loaded_functions::signatures::#name>(slot);
+                    let slot = loaded_slots::SLOTS[#index].load(::core::sync::atomic::Ordering::Acquire);
+                    let f = ::core::mem::transmute::<*mut (), signatures::#name>(slot);
                     f(#(#args),*)
                 }
             }
@@ -105,40 +115,54 @@ pub fn generate(bindings: &syn::File) -> Result<String, String> {
         .iter()
         .map(|f| f.name)
         .map(|name| quote!(AtomicPtr::new(resolve::#name as signatures::#name as *mut ())));
-    let loader_doc =
-        docs("The loader's side of the functions above: their names, slots, types and resolvers.");
-    let names_doc = docs("The functions' C names, by index: what the loader looks up, and what a missing one's status names.");
-    let slots_doc = docs(
-        "Where each function's call goes: its resolver until the library's function is found.",
+    let table_doc = docs(
+        "The loaded functions' table, which the loader reads: their C names and types, by index.",
     );
+    let names_doc = docs("The functions' C names, by index: what the loader looks up, and what a missing one's status names.");
     let signatures_doc = docs("Each function's type, as nccl.h declares it.");
-    file(
+    let functions = file(
         "build/nccl_table.rs from bindgen's declarations of nccl.h's functions",
         quote! {
-            #(#wrappers)*
-
-            #loader_doc
+            #table_doc
             pub(crate) mod loaded_functions {
-                use ::core::sync::atomic::AtomicPtr;
-
                 #names_doc
                 pub(crate) const NAMES: [&str; #count] = [#(#names),*];
-
-                #slots_doc
-                pub(super) static SLOTS: [AtomicPtr<()>; #count] = [#(#slots),*];
 
                 #signatures_doc
                 pub(crate) mod signatures {
                     use super::super::*;
                     #(#signatures)*
                 }
+            }
+        },
+    )?;
+    let slots_doc = docs(
+        "Where each function's call goes: its resolver until the library's function is found.",
+    );
+    let loader_doc = docs("The loader's side of the functions above: their slots and resolvers.");
+    let loaded = file(
+        "build/nccl_table.rs from bindgen's declarations of nccl.h's functions",
+        quote! {
+            use crate::ffi::loaded_functions::signatures;
+
+            #(#wrappers)*
+
+            #loader_doc
+            mod loaded_slots {
+                use ::core::sync::atomic::AtomicPtr;
+                use crate::ffi::loaded_functions::signatures;
+
+                #slots_doc
+                pub(super) static SLOTS: [AtomicPtr<()>; #count] = [#(#slots),*];
 
                 mod resolve {
                     use super::super::*;
-                    use super::{signatures, NAMES, SLOTS};
+                    use super::SLOTS;
+                    use crate::ffi::loaded_functions::NAMES;
                     #(#resolvers)*
                 }
             }
         },
-    )
+    )?;
+    Ok(Generated { functions, loaded })
 }

@@ -26,9 +26,10 @@ pub const LAYOUT_CHECKS: &str = "metrale_snapshot_layout.h";
 pub const DEVICE_LAYOUT_CHECKS: &str = "metrale_snapshot_device_layout.h";
 
 impl Snapshot {
-    const FILES: [&'static str; 6] = [
+    const FILES: [&'static str; 7] = [
         "bindings.rs",
         "device.rs",
+        "nccl_functions.rs",
         "nccl_loaded.rs",
         "cuda_driver.rs",
         "facts.rs",

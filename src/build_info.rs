@@ -1,7 +1,7 @@
 //! Where the build script found the headers and the library these bindings come from, and the headers'
 //! NCCL version. Public as `version::build_info` and `NcclVersion::HEADERS`.
 
-use crate::bindings::{NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, NCCL_VERSION_CODE};
+use crate::ffi::{NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, NCCL_VERSION_CODE};
 use crate::nccl_version::NcclVersion;
 
 /// The NCCL version this crate release pins (its version's `+nccl-…`), which `ci/setup` installs and

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::bindings::{ncclResult_t, CUresult, NCCL_VERSION_CODE};
+use crate::ffi::{ncclResult_t, CUresult, NCCL_VERSION_CODE};
 use crate::nccl_version::NcclVersion;
 
 /// What went wrong in a helper, with enough to act on: the call, the code, the library's own text.

@@ -115,8 +115,11 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod bindings {
-    //! Everything bindgen generated from `wrapper.h` (`cuda.h` + `nccl.h`) and the shim, under the C names.
+/// What bindgen generated from `wrapper.h` (`cuda.h` + `nccl.h`) and the shim: types, constants and the
+/// functions' declarations; loaded at run time (the default), also the loaded functions' table (their
+/// names and types), which [`loader`] reads. Modules that need only types take them from here;
+/// [`bindings`] re-exports all of it and adds the loaded functions, which call the loader.
+mod ffi {
     #![allow(
         non_camel_case_types,
         non_snake_case,
@@ -131,9 +134,7 @@ pub mod bindings {
         clippy::ptr_offset_with_cast,
         // nccl.h's and cuda.h's comments, carried over as they are (CUdevice_attribute's name a URL).
         clippy::doc_lazy_continuation,
-        rustdoc::bare_urls,
-        // The loaded functions keep bindgen's `#[must_use]` as its declarations have it (feature `link`).
-        clippy::double_must_use
+        rustdoc::bare_urls
     )]
     #[cfg(feature = "link")]
     include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
@@ -141,19 +142,36 @@ pub mod bindings {
     #[cfg(all(feature = "link", nccl_device_api))]
     include!(concat!(env!("OUT_DIR"), "/device.rs"));
 
-    // Loaded at run time (the default): bindgen's types and constants come through this glob, and its
-    // `nccl*` declarations are shadowed by the loaded functions of the same names and signatures below,
-    // so nothing refers to a libnccl symbol at link time.
+    // Loaded at run time (the default): bindgen's types and constants come through this glob; its
+    // `nccl*` declarations are shadowed in `bindings` by the loaded functions of the same names and
+    // signatures, so nothing refers to a libnccl symbol at link time.
     #[cfg(not(feature = "link"))]
     pub use self::declared::*;
     #[cfg(not(feature = "link"))]
-    #[allow(dead_code)] // its extern functions: the loaded ones below take their names
+    #[allow(dead_code)] // its extern functions: the loaded ones in `bindings` take their names
     mod declared {
         #![allow(clippy::all)]
         include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
         #[cfg(nccl_device_api)]
         include!(concat!(env!("OUT_DIR"), "/device.rs"));
     }
+    #[cfg(not(feature = "link"))]
+    include!(concat!(env!("OUT_DIR"), "/nccl_functions.rs"));
+}
+
+pub mod bindings {
+    //! Everything bindgen generated from `wrapper.h` (`cuda.h` + `nccl.h`) and the shim, under the C names.
+    #![allow(non_snake_case, missing_docs, clippy::missing_safety_doc)]
+    #![allow(
+        // nccl.h's comments, carried over as they are.
+        clippy::doc_lazy_continuation,
+        // The loaded functions keep bindgen's `#[must_use]` as its declarations have it (feature `link`).
+        clippy::double_must_use
+    )]
+    pub use crate::ffi::*;
+
+    // Loaded at run time (the default): the `nccl*` functions, each calling through its slot, which the
+    // loader fills; they shadow the declarations the glob above brings.
     #[cfg(not(feature = "link"))]
     include!(concat!(env!("OUT_DIR"), "/nccl_loaded.rs"));
 }

@@ -31,6 +31,11 @@ fn the_snapshot_is_what_bindgen_generates_from_the_pinned_headers() {
             include_str!("../src/snapshot/bindings.rs"),
         ),
         (
+            "nccl_functions.rs",
+            include_str!(concat!(env!("OUT_DIR"), "/nccl_functions.rs")),
+            include_str!("../src/snapshot/nccl_functions.rs"),
+        ),
+        (
             "nccl_loaded.rs",
             include_str!(concat!(env!("OUT_DIR"), "/nccl_loaded.rs")),
             include_str!("../src/snapshot/nccl_loaded.rs"),

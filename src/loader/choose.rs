@@ -10,8 +10,8 @@ use super::scope::global_nccl;
 use super::search::places;
 use super::settings::{Settings, ALLOW_OLDER_VAR, LIBRARY_VAR};
 use super::{Library, Source};
-use crate::bindings::NCCL_MAJOR;
 use crate::build_info::NCCL_LIB_DIR;
+use crate::ffi::NCCL_MAJOR;
 use crate::nccl_version::NcclVersion;
 
 /// The global scope, as the report names it.

@@ -29,9 +29,9 @@ use std::sync::OnceLock;
 
 use libloading::os::unix::Library as Handle;
 
-use crate::bindings::loaded_functions::NAMES;
-use crate::bindings::ncclResult_t;
 use crate::error::GpuError;
+use crate::ffi::loaded_functions::NAMES;
+use crate::ffi::ncclResult_t;
 use crate::nccl_version::NcclVersion;
 use settings::Settings;
 pub use settings::{ALLOW_OLDER_VAR, LIBRARY_VAR};

@@ -5,8 +5,8 @@ use std::ffi::OsString;
 use libloading::os::unix::{Library as Handle, RTLD_LOCAL, RTLD_NOW};
 
 use super::scope::version_of;
-use crate::bindings::loaded_functions::signatures;
 use crate::dladdr::file_of;
+use crate::ffi::loaded_functions::signatures;
 use crate::nccl_version::NcclVersion;
 
 /// A candidate, opened: kept if chosen, closed (dropped) if passed over.

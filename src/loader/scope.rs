@@ -5,9 +5,9 @@
 
 use std::ffi::{c_int, CString};
 
-use crate::bindings::loaded_functions::signatures;
-use crate::bindings::ncclResult_t;
 use crate::dladdr::file_of;
+use crate::ffi::loaded_functions::signatures;
+use crate::ffi::ncclResult_t;
 use crate::nccl_version::NcclVersion;
 
 /// The function that names a library as NCCL itself.
