@@ -18,10 +18,13 @@ use std::time::Instant;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::door::HELLO_CAP;
 use crate::hex;
 use crate::line::Lines;
 use crate::token::JobToken;
+
+/// The longest line of the exchange: a challenge, rank 0's proof, or a hello with its proof (a few
+/// hundred bytes at most), and room.
+pub const HELLO_CAP: usize = 1024;
 
 /// The first word of the exchange's lines (the protocol's version).
 pub const MAGIC: &str = "MGS3";

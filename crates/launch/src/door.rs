@@ -28,9 +28,7 @@ use crate::token::{self, JobToken};
 /// How long a new connection may take to say its hello: a few seconds, far above a real rank's
 /// (which writes it as soon as it connects), far below a rendezvous's deadline.
 pub const HELLO_BOUND: Duration = Duration::from_secs(5);
-/// The longest line of the exchange ([`crate::auth`]): a challenge, rank 0's proof, or a hello with
-/// its proof (a few hundred bytes at most), and room.
-pub const HELLO_CAP: usize = 1024;
+pub use crate::auth::HELLO_CAP;
 /// How many connections may wait for their hello at once in a world of `world` ranks: every rank at the
 /// same moment (they start together) and as many strays besides. Each holds a thread and at most a
 /// [`HELLO_CAP`] line, for at most [`HELLO_BOUND`].
