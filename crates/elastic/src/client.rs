@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::coordinator::WRITE_BOUND;
-use crate::membership::{lock, shared, wait_until, Shared};
+use crate::membership::{lock, shared, wait_until, Bounds, Membership, NewId, Order, Shared};
 use crate::protocol::{Held, Message, Plan, BEAT_EVERY, LINE_CAP};
 use metrale_gpu_launch::auth::{self, Refused};
 use metrale_gpu_launch::backoff::{self, Backoff};
@@ -289,5 +289,43 @@ impl Client {
     /// Says `DONE`: the end of this connection is no death.
     pub fn finish(&self) -> Result<(), String> {
         self.send(&Message::Done)
+    }
+}
+
+impl Membership for Client {
+    fn lost(&self, gen: u64) -> Option<String> {
+        Client::lost(self, gen)
+    }
+
+    fn recover(
+        &self,
+        (gen, held): (u64, Held),
+        _step: usize,
+        bounds: &Bounds,
+        _new_id: NewId,
+    ) -> Result<Plan, String> {
+        Client::recover(self, gen, held, bounds.plan)
+    }
+
+    fn offer_grow(
+        &self,
+        _gen: u64,
+        _after: usize,
+        _bounds: &Bounds,
+        _grow_id: NewId,
+    ) -> Result<Option<Order>, String> {
+        Ok(None)
+    }
+
+    fn grow_after(&self, gen: u64, step: usize) -> Option<(u64, usize)> {
+        Client::grow_after(self, gen, step)
+    }
+
+    fn missing(&self) -> usize {
+        0
+    }
+
+    fn finish(&self, _timeout: Duration) -> Result<(), String> {
+        Client::finish(self)
     }
 }

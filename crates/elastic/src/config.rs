@@ -45,7 +45,7 @@ pub struct Config {
     /// Where the membership lives when it is kept in etcd ([`crate::etcd`]): set where the operator set
     /// `METRALE_ETCD_ENDPOINTS`; `None` keeps it in rank 0.
     #[cfg(feature = "etcd")]
-    pub etcd: Option<crate::etcd::Store>,
+    pub etcd: Option<crate::store::Store>,
 }
 
 /// The variable behind [`Config::grow_id_delay`]: a rank killed on rank 0's `phase=growid` line then
@@ -124,7 +124,7 @@ impl Config {
             min_size: min_size as usize,
             grow_id_delay,
             #[cfg(feature = "etcd")]
-            etcd: crate::etcd::Store::from_vars(env)?,
+            etcd: crate::store::Store::from_vars(env)?,
         })
     }
 }

@@ -30,8 +30,10 @@ use metrale_gpu_launch::line::Lines;
 use metrale_gpu_launch::token::JobToken;
 
 use crate::clock::{Clock, Monotonic};
-use crate::membership::{below_minimum, lock, shared, wait_until, NewId, Order, Shared};
-use crate::protocol::{rank_list, Held, How, Message, Plan, LINE_CAP, SILENCE};
+use crate::membership::{
+    below_minimum, lock, shared, wait_until, Bounds, Membership, NewId, Order, Shared,
+};
+use crate::protocol::{rank_list, Held, How, Message, Plan, BEAT_CHECK, LINE_CAP, SILENCE};
 
 /// A member of the current generation, in rank order; rank 0 itself has no connection.
 struct Member {
@@ -259,10 +261,6 @@ impl Roster {
         }
     }
 }
-
-/// How often rank 0 looks for members silent past [`SILENCE`]: a frozen member is dead within
-/// `SILENCE + BEAT_CHECK` (1.75 s) of its last line.
-pub const BEAT_CHECK: Duration = Duration::from_millis(250);
 
 /// How long rank 0 may take to write a line to a member or a waiting replacement: far above what a
 /// live one's reader (a thread that does nothing else) needs, so that a member that reads nothing
@@ -801,6 +799,44 @@ fn admit(
     r.heard(key);
     roster.1.notify_all();
     Ok(())
+}
+
+impl Membership for Coordinator {
+    fn lost(&self, gen: u64) -> Option<String> {
+        Coordinator::lost(self, gen)
+    }
+
+    fn recover(
+        &self,
+        lost: (u64, Held),
+        step: usize,
+        bounds: &Bounds,
+        new_id: NewId,
+    ) -> Result<Plan, String> {
+        Coordinator::recover(self, lost, step, bounds.report, new_id)
+    }
+
+    fn offer_grow(
+        &self,
+        gen: u64,
+        after: usize,
+        bounds: &Bounds,
+        grow_id: NewId,
+    ) -> Result<Option<Order>, String> {
+        Coordinator::offer_grow(self, gen, after, bounds.ready, grow_id)
+    }
+
+    fn grow_after(&self, gen: u64, step: usize) -> Option<(u64, usize)> {
+        Coordinator::grow_after(self, gen, step)
+    }
+
+    fn missing(&self) -> usize {
+        Coordinator::missing(self)
+    }
+
+    fn finish(&self, timeout: Duration) -> Result<(), String> {
+        Coordinator::finish(self, timeout)
+    }
 }
 
 #[cfg(test)]

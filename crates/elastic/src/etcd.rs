@@ -14,16 +14,13 @@
 
 mod coordinator;
 mod state;
-#[cfg(test)]
-mod tests;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use metrale_gpu_elastic_etcd::{Bounds as EtcdBounds, Config as EtcdConfig, Leadership, Member};
-use metrale_gpu_launch::token::JobToken;
+use metrale_gpu_elastic_etcd::{Bounds as EtcdBounds, Leadership, Member};
 
 use crate::client::Joined;
 use crate::config::{Config, First};
@@ -31,43 +28,15 @@ use crate::fabric::{Fabric, Sink};
 use crate::membership::{lock, shared, wait_until, Bounds, Membership, NewId, Order, Shared};
 use crate::protocol::{Held, Plan};
 use crate::recovery::{first_life, replacement_life, STARTUP};
+pub use crate::store::{Store, ENDPOINTS_VAR};
 use state::{GenPlan, Job, Kind, Loss, Role};
 
-/// The variable whose presence selects the etcd membership: etcd's client URLs.
-pub const ENDPOINTS_VAR: &str = "METRALE_ETCD_ENDPOINTS";
 /// How often a rank's wait on the job looks again without a change (its kill flag, its bound).
 const LOOK: Duration = Duration::from_millis(50);
 /// How long one watch of the job waits before it reads the whole job again.
 const WATCH: Duration = Duration::from_millis(500);
 /// How soon a read that failed (not for good) is tried again.
 const RETRY: Duration = Duration::from_millis(100);
-
-/// Where the job's membership lives in etcd: the cluster and the job's token (its keys' prefix).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Store {
-    pub etcd: EtcdConfig,
-    pub token: JobToken,
-}
-
-impl Store {
-    /// The store `env` names: `None` where [`ENDPOINTS_VAR`] is unset (the embedded membership); an
-    /// error for a wrong setting, or for a job without a token (its keys would be any job's).
-    pub fn from_vars(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Store>, String> {
-        if env(ENDPOINTS_VAR).is_none_or(|e| e.trim().is_empty()) {
-            return Ok(None);
-        }
-        let etcd = EtcdConfig::from_vars(env).map_err(|e| e.to_string())?;
-        let token = JobToken::from_env(env)?;
-        if token.is_none() {
-            return Err(format!(
-                "the etcd membership ({ENDPOINTS_VAR} is set) needs a job token: its keys live under a prefix \
-                 derived from it. Set METRALE_JOB_TOKEN to one secret value on every rank, or run under a \
-                 launcher that gives a job id (SLURM_JOB_ID, TORCHELASTIC_RUN_ID, ...)"
-            ));
-        }
-        Ok(Some(Store { etcd, token }))
-    }
-}
 
 /// The job as this rank last read it, or why it can read it no more.
 #[derive(Default)]

@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::backend::run_with;
 use crate::config::{Config, First};
 use crate::fabric::{unix_us, Fabric, Lost, Outcome, Place, Sink};
 use crate::lines;
 use crate::membership::{lock, shared, Membership, Shared};
 use crate::protocol::Held;
-use crate::recovery::run_with;
 
 /// What a killed rank's calls return: its thread ends with it.
 pub const KILLED: &str = "killed by the test";
@@ -355,7 +355,7 @@ pub struct Script {
     pub at_line: Option<(&'static str, Act)>,
     /// Where the membership lives: etcd, or (`None`) rank 0.
     #[cfg(feature = "etcd")]
-    pub etcd: Option<crate::etcd::Store>,
+    pub etcd: Option<crate::store::Store>,
 }
 
 impl Script {

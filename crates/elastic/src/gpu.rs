@@ -120,7 +120,7 @@ pub fn run<T: Training>(config: &Config, training: &mut T) -> Result<(), String>
         training,
         world: None,
     };
-    let lived = crate::recovery::run_with(config, &mut gpu);
+    let lived = crate::backend::run_with(config, &mut gpu);
     // SAFETY: the stream from create_stream, idle (every wait drained it, or the communicator using it
     // was revoked or aborted, which ends its kernels), destroyed once.
     let destroyed = unsafe { destroy_stream(stream) };

@@ -21,6 +21,7 @@
 //!   tests' fake ranks.
 //! - [`lines`]: reading the `ELASTIC` lines a rank reports its phases with.
 
+mod backend;
 mod client;
 mod clock;
 pub mod config;
@@ -38,12 +39,17 @@ pub mod membership;
 mod nccl;
 pub mod protocol;
 mod recovery;
+#[cfg(feature = "etcd")]
+mod store;
 #[cfg(test)]
 mod strays_tests;
+#[cfg(test)]
+mod tests;
 
+pub use backend::run_with;
 pub use config::{Config, First};
 pub use fabric::{Fabric, Place};
 #[cfg(nccl_2_29)]
 pub use gpu::{run, Training};
 pub use membership::{Bounds, Membership};
-pub use recovery::{run_with, MAX_ROUNDS};
+pub use recovery::MAX_ROUNDS;

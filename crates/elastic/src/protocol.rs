@@ -36,6 +36,9 @@ pub const BEAT_EVERY: Duration = Duration::from_millis(250);
 /// six beats missed in a row. A slow process still beats (its beat has a thread of its own); a frozen
 /// one (SIGSTOP, a host that hangs) does not.
 pub const SILENCE: Duration = Duration::from_millis(1500);
+/// How often rank 0 looks for members silent past [`SILENCE`]: a frozen member is dead within
+/// `SILENCE + BEAT_CHECK` (1.75 s) of its last line.
+pub const BEAT_CHECK: Duration = Duration::from_millis(250);
 
 /// The longest line either side reads (`metrale_gpu_launch::line`): far above the longest message (a recovery's
 /// reason with its ranks listed), far below memory.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use metrale_gpu_launch::token::JobToken;
 use metrale_gpu_testkit::etcd_cluster::Stopped;
 
-use super::{Store, ENDPOINTS_VAR};
+use crate::etcd::{Store, ENDPOINTS_VAR};
 use crate::fake::{run, Ending, Kill, Script, COORDINATOR};
 use crate::lines;
 

@@ -1,0 +1,7 @@
+//! Tests that run whole lives of fake ranks (`fake.rs`) or the agreement between modules: above
+//! every module they use, so that no module depends on test support.
+
+#[cfg(feature = "etcd")]
+mod etcd;
+mod membership;
+mod recovery;
