@@ -26,8 +26,8 @@ pub struct Tls {
     pub identity: Option<(PathBuf, PathBuf)>,
 }
 
-/// How to reach etcd, and the bounds.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// How to reach etcd, and the bounds. Its `Debug` never shows the password.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Config {
     /// The members' client URLs, `http://host:port` or `https://host:port` (`METRALE_ETCD_ENDPOINTS`,
     /// comma-separated). Calls go to any that answers.
@@ -42,6 +42,21 @@ pub struct Config {
     /// One call's bound (`METRALE_ETCD_CALL_TIMEOUT_MS`; by default 1500, or a third of a shorter TTL; at
     /// least 100 and at most a third of the TTL, so that a renewal given up on leaves time for two more).
     pub call_timeout: Duration,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("endpoints", &self.endpoints)
+            .field(
+                "user",
+                &self.user.as_ref().map(|(user, _)| (user, "<password>")),
+            )
+            .field("tls", &self.tls)
+            .field("lease_ttl", &self.lease_ttl)
+            .field("call_timeout", &self.call_timeout)
+            .finish()
+    }
 }
 
 impl Config {
@@ -281,6 +296,15 @@ mod tests {
             &[("METRALE_ETCD_ENDPOINTS", "http://127.0.0.1:99999")],
             "99999",
         );
+    }
+
+    #[test]
+    fn debug_never_shows_the_password() {
+        let mut config = Config::new(vec!["https://etcd:2379".into()]);
+        config.user = Some(("trainer".into(), "s3cret-pass".into()));
+        let shown = format!("{config:?}");
+        assert!(shown.contains("trainer"), "{shown}");
+        assert!(!shown.contains("s3cret-pass"), "{shown}");
     }
 
     #[test]
