@@ -71,7 +71,7 @@ fn main() -> ExitCode {
         let why = if gpus.is_empty() {
             "no GPU"
         } else {
-            "skipped: version skew"
+            "skipped: no acceptable libnccl (see NCCL library above)"
         };
         println!("all-reduce     {why}");
         return exit(skew, Ok::<(), ()>(()));
