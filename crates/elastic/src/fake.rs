@@ -28,6 +28,38 @@ const POLL: Duration = Duration::from_millis(1);
 /// the kill's line is said: the rank that said the last `phase=coordinator` line.
 pub const COORDINATOR: &str = "the coordinator";
 
+/// The victim of a [`Kill`] that is the rank that takes the coordinating role after the
+/// [`COORDINATOR`]'s kill, once it holds it: only lines said after that kill trigger its own.
+pub const NEXT_COORDINATOR: &str = "the next coordinator";
+
+/// Who a kill's victim is: a process by name, or a holder of the coordinating role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Victim {
+    Named,
+    Coordinator,
+    Next,
+}
+
+impl Victim {
+    fn of(name: &str) -> Victim {
+        match name {
+            COORDINATOR => Victim::Coordinator,
+            NEXT_COORDINATOR => Victim::Next,
+            _ => Victim::Named,
+        }
+    }
+}
+
+/// One of a rank's kills as it watches for it: the line that triggers it (`phase=…`, and who prints
+/// it), the calls after, its victim, and the rank's call count when it was triggered.
+struct Armed {
+    needle: String,
+    by: String,
+    calls: usize,
+    victim: Victim,
+    doomed_at: Option<usize>,
+}
+
 /// A rank to kill: `victim` (a process's name: `rank 3`, `replacement 1`) dies at its `calls`-th call
 /// (0: at once, even in a wait) after a line containing `phase` was printed by `by` (a name; `None`:
 /// the victim itself).
@@ -80,52 +112,71 @@ struct World {
     ids: u64,
     /// A place given twice in one round or making, sizes or parents that differ: the protocol broke.
     broken: Vec<String>,
-    /// The [`COORDINATOR`]'s kill happened.
-    coordinator_killed: bool,
+    /// The log's length when the [`COORDINATOR`]'s kill happened.
+    coordinator_killed_at: Option<usize>,
+    /// The [`NEXT_COORDINATOR`]'s kill happened.
+    next_killed: bool,
 }
 
 /// One fake rank's side: its name and the shared world.
 struct FakeRank {
     name: String,
     world: Shared<World>,
-    /// This rank's kill: the line that triggers it (`phase=…`, and who prints it) and the calls after;
-    /// whether it is the [`COORDINATOR`]'s (it dies only if it holds the role then).
-    kill: Option<(String, String, usize, bool)>,
-    /// Lines of the log already looked at for the trigger.
+    /// The kills this rank may die of (a coordinator's dies only if it holds the role then).
+    kills: Vec<Armed>,
+    /// Lines of the log already looked at for the triggers.
     seen: usize,
-    /// Calls made, and (below) their count when the trigger was seen.
+    /// Calls made.
     calls: usize,
-    doomed_at: Option<usize>,
 }
 
 impl FakeRank {
     /// An error once this rank is to die now.
     fn alive(&mut self) -> Result<(), String> {
-        let Some((needle, by, calls, coordinator)) = &self.kill else {
+        if self.kills.is_empty() {
             return Ok(());
+        }
+        let mut w = lock(&self.world);
+        let holder = {
+            let mut said = w.log.iter().rev();
+            said.find(|(_, line)| line.contains("phase=coordinator "))
+                .is_some_and(|(who, _)| *who == self.name)
         };
-        if self.doomed_at.is_none() {
-            let mut w = lock(&self.world);
-            let due = w.log[self.seen..]
-                .iter()
-                .any(|(who, line)| who == by && line.contains(needle.as_str()));
-            self.seen = w.log.len();
-            let holder = || {
-                let mut said = w.log.iter().rev();
-                said.find(|(_, line)| line.contains("phase=coordinator "))
-                    .is_some_and(|(who, _)| *who == self.name)
+        for kill in self.kills.iter_mut().filter(|k| k.doomed_at.is_none()) {
+            // The next coordinator's kill looks only at lines said after the coordinator's kill.
+            let from = match kill.victim {
+                Victim::Next => w
+                    .coordinator_killed_at
+                    .map_or(w.log.len(), |at| at.max(self.seen)),
+                _ => self.seen,
             };
-            // The coordinator's kill is one death: of the rank that holds the role the first time
-            // the line is said by a holder.
-            let mine = !coordinator || (holder() && !w.coordinator_killed);
+            let due = w.log[from..]
+                .iter()
+                .any(|(who, line)| *who == kill.by && line.contains(kill.needle.as_str()));
+            // A coordinator's kill is one death: of the rank that holds the role the first time the
+            // line is said by a holder.
+            let mine = match kill.victim {
+                Victim::Named => true,
+                Victim::Coordinator => holder && w.coordinator_killed_at.is_none(),
+                Victim::Next => holder && !w.next_killed,
+            };
             if due && mine {
-                w.coordinator_killed |= *coordinator;
-                self.doomed_at = Some(self.calls);
+                match kill.victim {
+                    Victim::Coordinator => w.coordinator_killed_at = Some(w.log.len()),
+                    Victim::Next => w.next_killed = true,
+                    Victim::Named => {}
+                }
+                kill.doomed_at = Some(self.calls);
             }
         }
-        match self.doomed_at {
-            Some(since) if self.calls - since >= *calls => Err(KILLED.into()),
-            _ => Ok(()),
+        self.seen = w.log.len();
+        let dead = self.kills.iter().any(|k| {
+            k.doomed_at
+                .is_some_and(|since| self.calls - since >= k.calls)
+        });
+        match dead {
+            true => Err(KILLED.into()),
+            false => Ok(()),
         }
     }
 
@@ -413,19 +464,25 @@ pub fn run(script: Script) -> Ending {
         let (world, script) = (Arc::clone(&world), Arc::clone(&script));
         std::thread::spawn(move || {
             std::thread::sleep(delay);
-            let mine = |k: &&Kill| k.victim == name || k.victim == COORDINATOR;
-            let kill = script.kills.iter().find(mine).map(|k| {
-                let by = k.by.map_or(name.clone(), str::to_string);
-                let coordinator = k.victim == COORDINATOR;
-                (format!("phase={}", k.phase), by, k.calls, coordinator)
-            });
+            let kills = script
+                .kills
+                .iter()
+                .map(|k| (k, Victim::of(&k.victim)))
+                .filter(|(k, victim)| k.victim == name || *victim != Victim::Named)
+                .map(|(k, victim)| Armed {
+                    needle: format!("phase={}", k.phase),
+                    by: k.by.map_or(name.clone(), str::to_string),
+                    calls: k.calls,
+                    victim,
+                    doomed_at: None,
+                })
+                .collect();
             let mut rank = FakeRank {
                 name,
                 world,
-                kill,
+                kills,
                 seen: 0,
                 calls: 0,
-                doomed_at: None,
             };
             run_with(&config(&script, first, &master), &mut rank)
         })

@@ -1,8 +1,12 @@
 //! Whole lives of fake ranks (`fake.rs`) with their membership in a real etcd cluster:
 //! `ci/etcd-cluster -- cargo test -p metrale-gpu-elastic --features etcd`. The coordinator is killed
-//! in the steady state and during a recovery; each test asserts that every rank not killed ends in
-//! the final world of the size the rules say, and that no two ranks made one generation. Without a
-//! cluster (`METRALE_ETCD_ENDPOINTS` unset) each prints `SKIP <test>: <why>` and passes.
+//! in the steady state and at each phase of a recovery and of a grow: the agreement (`detect`), the
+//! making of the next communicator (`plan`, one call on), its checks (`plan`, two calls on), the grow
+//! id (`growid`) and the grow (`growing`); a second death during the takeover kills the rank that took
+//! the role, or another rank. Each test asserts how many died, who took the role, that every rank not
+//! killed ends in the final world of the size the rules say, and that no two ranks made one
+//! generation. Without a cluster (`METRALE_ETCD_ENDPOINTS` unset) each prints `SKIP <test>: <why>`
+//! and passes.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -12,7 +16,7 @@ use metrale_gpu_launch::token::JobToken;
 use metrale_gpu_testkit::etcd_cluster::Stopped;
 
 use crate::etcd::{Store, ENDPOINTS_VAR};
-use crate::fake::{run, Ending, Kill, Script, COORDINATOR};
+use crate::fake::{run, Ending, Kill, Script, COORDINATOR, NEXT_COORDINATOR};
 use crate::lines;
 
 /// The cluster's store for a job of this test's own (a token of its own, a 3 s lease), or `None`
@@ -146,6 +150,115 @@ fn the_coordinator_killed_during_the_agreement_a_new_one_ends_the_recovery() {
     let took = one_coordinator_per_generation(&end);
     assert!(took.len() >= 2, "another rank took the role: {took:?}");
     end.assert_world(6);
+}
+
+/// Rank 3 dies once rank 0 (the first coordinator) trains; rank 0 dies at its `calls`-th call after
+/// its recovery's plan (1: as it makes the next communicator, 2: in its first check). A new
+/// coordinator ends the recovery, and the replacements bring the world back to 4.
+fn coordinator_killed_after_its_plan(store: Store, calls: usize) {
+    let kills = vec![
+        Kill::on_rank0("rank 3", "steady"),
+        Kill::on_own(COORDINATOR, "plan", calls),
+    ];
+    let end = run(script(store, 4, kills));
+    assert_eq!(end.deaths(), 2, "{:#?}", end.log);
+    let took = one_coordinator_per_generation(&end);
+    assert_eq!(took.first().map(String::as_str), Some("rank 0"), "{took:?}");
+    assert!(
+        end.killed("rank 0") && end.killed("rank 3"),
+        "{:#?}",
+        end.log
+    );
+    assert!(took.len() >= 2, "another rank took the role: {took:?}");
+    end.assert_world(4);
+}
+
+#[test]
+fn the_coordinator_killed_as_the_survivors_make_the_next_communicator_a_new_one_remakes_it() {
+    let Some((store, _cluster)) = shared() else {
+        return;
+    };
+    coordinator_killed_after_its_plan(store, 1);
+}
+
+#[test]
+fn the_coordinator_killed_during_the_new_communicators_checks_a_new_one_recovers() {
+    let Some((store, _cluster)) = shared() else {
+        return;
+    };
+    coordinator_killed_after_its_plan(store, 2);
+}
+
+#[test]
+fn the_coordinator_killed_as_it_makes_the_grow_id_a_new_one_grows_the_world() {
+    let Some((store, _cluster)) = shared() else {
+        return;
+    };
+    let kills = vec![
+        Kill::on_rank0("rank 3", "steady"),
+        // The coordinator chose to grow (a replacement waits); it dies at its `ncclCommGetUniqueId`.
+        Kill::on_own(COORDINATOR, "growid", 1),
+    ];
+    let end = run(script(store, 4, kills));
+    assert_eq!(end.deaths(), 2, "{:#?}", end.log);
+    let took = one_coordinator_per_generation(&end);
+    assert!(took.len() >= 2, "another rank took the role: {took:?}");
+    assert!(end.killed(&took[0]), "the first coordinator died: {took:?}");
+    end.assert_world(4);
+}
+
+/// The coordinator dies in the steady state, and the rank that takes the role from it dies as soon as
+/// it holds it: a third rank takes it and ends the recovery.
+#[test]
+fn the_rank_that_took_the_role_killed_at_once_a_third_one_ends_the_recovery() {
+    let Some((store, _cluster)) = shared() else {
+        return;
+    };
+    let kills = vec![
+        Kill::on_own(COORDINATOR, "steady", 0),
+        Kill::on_own(NEXT_COORDINATOR, "coordinator", 0),
+    ];
+    let end = run(script(store, 4, kills));
+    assert_eq!(end.deaths(), 2, "{:#?}", end.log);
+    let took = one_coordinator_per_generation(&end);
+    assert!(took.len() >= 3, "a third rank took the role: {took:?}");
+    assert!(
+        end.killed(&took[0]) && end.killed(&took[1]),
+        "the first two coordinators died: {took:?}"
+    );
+    assert!(!end.killed(&took[2]), "the third lives: {took:?}");
+    end.assert_world(4);
+}
+
+/// The coordinator dies in the steady state, and rank 2 dies as rank 1 detects the loss, before the
+/// role is taken again: the new coordinator's plan leaves both out.
+#[test]
+fn another_rank_killed_during_the_takeover_the_new_coordinator_leaves_both_out() {
+    let Some((store, _cluster)) = shared() else {
+        return;
+    };
+    let kills = vec![
+        Kill::on_own(COORDINATOR, "steady", 0),
+        Kill {
+            by: Some("rank 1"),
+            ..Kill::on_own("rank 2", "detect", 0)
+        },
+    ];
+    let end = run(script(store, 4, kills));
+    assert_eq!(end.deaths(), 2, "{:#?}", end.log);
+    assert!(
+        end.killed("rank 0") && end.killed("rank 2"),
+        "{:#?}",
+        end.log
+    );
+    let took = one_coordinator_per_generation(&end);
+    assert_eq!(took.first().map(String::as_str), Some("rank 0"), "{took:?}");
+    assert!(
+        took[1..].iter().all(|n| n != "rank 2"),
+        "rank 2 died before it could take the role: {took:?}"
+    );
+    assert!(took.len() >= 2, "another rank took the role: {took:?}");
+    end.assert_world(4);
 }
 
 #[test]
