@@ -16,18 +16,29 @@ pub fn run_with<F: Fabric>(config: &Config, fabric: &mut F) -> Result<(), String
     if let Some(store) = &config.etcd {
         return crate::etcd::run(config, store, fabric);
     }
+    let master = config.master.as_deref().ok_or(NO_MASTER)?;
     match config.first {
-        Some(first) => run_member(config, first, fabric),
-        None => run_replacement(config, fabric),
+        Some(first) => run_member(config, master, first, fabric),
+        None => run_replacement(config, master, fabric),
     }
 }
 
+/// Why the embedded membership cannot start without [`Config::master`].
+const NO_MASTER: &str = "the embedded membership needs rank 0's address (Config::master): pass --master \
+    HOST:PORT or set MASTER_ADDR on every rank, or keep the membership in etcd (METRALE_ETCD_ENDPOINTS, \
+    feature etcd)";
+
 /// A rank of the first world: rendezvous, init, training, and recovery as it comes.
-fn run_member<F: Fabric>(args: &Config, first: First, fabric: &mut F) -> Result<(), String> {
+fn run_member<F: Fabric>(
+    args: &Config,
+    master: &str,
+    first: First,
+    fabric: &mut F,
+) -> Result<(), String> {
     let First { rank, world_size } = first;
     let (who, id) = if rank == 0 {
         let id = fabric.new_id()?;
-        let coordinator = Coordinator::listen(&args.master, world_size, args.min_size, &id)?;
+        let coordinator = Coordinator::listen(master, world_size, args.min_size, &id)?;
         fabric.say(format!(
             "ELASTIC phase=listening port={}",
             coordinator.port()
@@ -35,14 +46,14 @@ fn run_member<F: Fabric>(args: &Config, first: First, fabric: &mut F) -> Result<
         coordinator.wait_members(STARTUP)?;
         (Box::new(coordinator) as Box<dyn Membership>, id)
     } else {
-        let (client, id) = Client::hello(&args.master, rank, STARTUP)?;
+        let (client, id) = Client::hello(master, rank, STARTUP)?;
         (Box::new(client) as Box<dyn Membership>, id)
     };
     first_life(args, first, fabric, who.as_ref(), &id)
 }
 
 /// A replacement: joins through the rendezvous and the grow, then lives as the others do.
-fn run_replacement<F: Fabric>(args: &Config, fabric: &mut F) -> Result<(), String> {
-    let (who, joined) = Client::join(&args.master, STARTUP)?;
+fn run_replacement<F: Fabric>(args: &Config, master: &str, fabric: &mut F) -> Result<(), String> {
+    let (who, joined) = Client::join(master, STARTUP)?;
     replacement_life(args, fabric, &who, &joined)
 }

@@ -30,8 +30,10 @@ pub struct Config {
     pub placed: Option<String>,
     /// The GPU on this host.
     pub local_rank: i32,
-    /// `HOST:PORT` of rank 0's rendezvous (port 0 on rank 0: it picks one and says which).
-    pub master: String,
+    /// `HOST:PORT` of rank 0's rendezvous (port 0 on rank 0: it picks one and says which): what the
+    /// embedded membership needs. `None` with the membership in etcd, which needs none (a `--master`
+    /// given is accepted, and unused).
+    pub master: Option<String>,
     /// D: how long a collective may hang before the survivors give up on it; every recovery bound is
     /// derived from it ([`crate::Bounds`]). 1 s to [`MAX_DEADLINE`].
     pub deadline: Duration,
@@ -55,7 +57,8 @@ pub const GROW_ID_DELAY: &str = "METRALE_ELASTIC_GROW_ID_DELAY_MS";
 /// The flags [`Config::from_args`] reads besides the launcher's, for a program's usage line.
 pub const USAGE: &str = "[--deadline SECS] [--iters N] [--min-size M] [--rank R --world-size N] \
     [--local-rank G] [--master HOST:PORT]\n       or --join [--deadline SECS] [--iters N] \
-    [--local-rank G --master HOST:PORT]";
+    [--local-rank G] [--master HOST:PORT]\n(--master, or MASTER_ADDR, unless METRALE_ETCD_ENDPOINTS \
+    keeps the membership in etcd)";
 
 /// A count flag's value: a number from `min` to `max`, or an error naming the flag and its range.
 fn count(flag: &str, value: &str, min: u64, max: u64) -> Result<u64, String> {
@@ -69,8 +72,9 @@ fn count(flag: &str, value: &str, min: u64, max: u64) -> Result<u64, String> {
 impl Config {
     /// `--join`, `--deadline SECS` (default 5), `--iters N` (default 100000) and `--min-size M`
     /// (default 1) are the library's; the rest is read as [`placement::placement`] reads it (flags, or
-    /// the variables of torchrun, srun, mpirun or a PMI launcher). A value that would overflow a bound
-    /// is refused by name.
+    /// the variables of torchrun, srun, mpirun or a PMI launcher). Rank 0's address is needed by the
+    /// embedded membership alone: with the membership in etcd ([`crate::store::Store::from_vars`] finds
+    /// one in `env`) it may be left out. A value that would overflow a bound is refused by name.
     pub fn from_args(
         args: &[String],
         env: &dyn Fn(&str) -> Option<String>,
@@ -95,23 +99,42 @@ impl Config {
             None => Duration::ZERO,
             Some(ms) => Duration::from_millis(count(GROW_ID_DELAY, &ms, 0, MAX_MS)?),
         };
-        let (first, placed, local_rank, master) = if join {
-            let (local_rank, master) = placement::joiner(&rest, env)?;
-            (None, None, local_rank, master)
-        } else {
-            let me = placement::placement(&rest, env)?;
-            let first = First {
-                rank: me.rank as usize,
-                world_size: me.world_size as usize,
-            };
-            if min_size as usize > first.world_size {
-                return Err(format!(
-                    "--min-size {min_size} is not a size from 1 to the world's {}",
-                    first.world_size
-                ));
+        #[cfg(feature = "etcd")]
+        let etcd = crate::store::Store::from_vars(env)?;
+        #[cfg(feature = "etcd")]
+        let needs_master = etcd.is_none();
+        #[cfg(not(feature = "etcd"))]
+        let needs_master = true;
+        let (first, placed, local_rank, master) = match (join, needs_master) {
+            (true, true) => {
+                let (local_rank, master) = placement::joiner(&rest, env)?;
+                (None, None, local_rank, Some(master))
             }
-            (Some(first), Some(me.to_string()), me.local_rank, me.master)
+            (true, false) => (None, None, placement::local_rank(&rest, env)?, None),
+            (false, true) => {
+                let me = placement::placement(&rest, env)?;
+                (
+                    Some(me.standing()),
+                    Some(me.to_string()),
+                    me.local_rank,
+                    Some(me.master),
+                )
+            }
+            (false, false) => {
+                let me = placement::standing(&rest, env)?;
+                (Some(me), Some(me.to_string()), me.local_rank, None)
+            }
         };
+        let first = first.map(|me| First {
+            rank: me.rank as usize,
+            world_size: me.world_size as usize,
+        });
+        if let Some(first) = first.filter(|f| min_size as usize > f.world_size) {
+            return Err(format!(
+                "--min-size {min_size} is not a size from 1 to the world's {}",
+                first.world_size
+            ));
+        }
         let local_rank = i32::try_from(local_rank)
             .map_err(|_| format!("local rank {local_rank} is not a GPU ordinal"))?;
         Ok(Config {
@@ -124,7 +147,7 @@ impl Config {
             min_size: min_size as usize,
             grow_id_delay,
             #[cfg(feature = "etcd")]
-            etcd: crate::store::Store::from_vars(env)?,
+            etcd,
         })
     }
 }
@@ -158,11 +181,54 @@ mod tests {
             })
         );
         assert_eq!(
-            (c.deadline, c.iters, c.min_size, c.master.as_str()),
-            (Duration::from_secs(7), 50, 2, "h:1")
+            (c.deadline, c.iters, c.min_size, c.master.as_deref()),
+            (Duration::from_secs(7), 50, 2, Some("h:1"))
         );
         let c = parse(&["--join", "--local-rank", "3", "--master", "h:2"]).expect("a replacement");
         assert_eq!((c.first, c.local_rank), (None, 3));
+    }
+
+    /// The embedded membership needs rank 0's address, a rank of the first world's and a
+    /// replacement's alike; the membership in etcd needs none (and leaves one given unused).
+    #[test]
+    fn rank_0s_address_is_needed_by_the_embedded_membership_alone() {
+        for args in [&FIRST[..4], &["--join", "--local-rank", "3"][..]] {
+            let err = parse(args).expect_err("no --master");
+            assert!(
+                err.contains("missing --master HOST:PORT"),
+                "{args:?}: {err}"
+            );
+        }
+        #[cfg(feature = "etcd")]
+        {
+            let env = |name: &str| match name {
+                crate::store::ENDPOINTS_VAR => Some("http://127.0.0.1:2379".to_string()),
+                "METRALE_JOB_TOKEN" => Some("t0k3n".to_string()),
+                _ => None,
+            };
+            let parse = |args: &[&str]| {
+                let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+                Config::from_args(&args, &env)
+            };
+            let c = parse(&FIRST[..4]).expect("a rank without --master");
+            let first = First {
+                rank: 1,
+                world_size: 4,
+            };
+            assert_eq!(
+                (c.first, c.master, c.etcd.is_some()),
+                (Some(first), None, true)
+            );
+            assert_eq!(
+                c.placed.as_deref(),
+                Some("rank 1 of 4, local rank 0 (from flags)")
+            );
+            let c =
+                parse(&["--join", "--local-rank", "3"]).expect("a replacement without --master");
+            assert_eq!((c.first, c.local_rank, c.master), (None, 3, None));
+            let c = parse(&FIRST).expect("a --master given");
+            assert_eq!(c.master, None, "unused");
+        }
     }
 
     /// `--deadline 18446744073709551615` overflowed `2 * deadline` and panicked: every value that would

@@ -439,12 +439,12 @@ pub struct Ending {
 /// A bound on a whole test world: far past any recovery's.
 const WORLD_LIMIT: Duration = Duration::from_secs(120);
 
-fn config(script: &Script, first: Option<First>, master: &str) -> Config {
+fn config(script: &Script, first: Option<First>, master: Option<&str>) -> Config {
     Config {
         first,
         placed: None,
         local_rank: 0,
-        master: master.to_string(),
+        master: master.map(str::to_string),
         deadline: script.deadline,
         iters: script.iters,
         min_size: script.min_size,
@@ -460,7 +460,7 @@ pub fn run(script: Script) -> Ending {
     let mut script = script;
     let mut at_line = script.at_line.take();
     let script = Arc::new(script);
-    let spawn = |name: String, master: String, first: Option<First>, delay: Duration| {
+    let spawn = |name: String, master: Option<String>, first: Option<First>, delay: Duration| {
         let (world, script) = (Arc::clone(&world), Arc::clone(&script));
         std::thread::spawn(move || {
             std::thread::sleep(delay);
@@ -484,7 +484,7 @@ pub fn run(script: Script) -> Ending {
                 seen: 0,
                 calls: 0,
             };
-            run_with(&config(&script, first, &master), &mut rank)
+            run_with(&config(&script, first, master.as_deref()), &mut rank)
         })
     };
     let first = |rank| {
@@ -494,36 +494,31 @@ pub fn run(script: Script) -> Ending {
         })
     };
     let start = Instant::now();
-    let mut procs: Vec<(String, JoinHandle<Result<(), String>>)> = vec![(
-        "rank 0".into(),
-        spawn(
-            "rank 0".into(),
-            "127.0.0.1:0".into(),
-            first(0),
-            Duration::ZERO,
-        ),
-    )];
-    // With the membership in etcd no rank listens: every rank starts at once, and the coordinator's
-    // lines (whoever holds the role) steer the replacements.
+    // With the membership in etcd no rank listens, and none is given rank 0's address: every rank
+    // starts at once, and the coordinator's lines (whoever holds the role) steer the replacements.
     #[cfg(feature = "etcd")]
     let etcd = script.etcd.is_some();
     #[cfg(not(feature = "etcd"))]
     let etcd = false;
-    let port = loop {
-        if etcd {
-            break "0".to_string();
-        }
-        let said = lock(&world).log.iter().find_map(|(_, line)| {
-            line.strip_prefix("ELASTIC phase=listening port=")
-                .map(str::to_string)
-        });
-        match said {
-            Some(port) => break port,
-            None => assert!(start.elapsed() < WORLD_LIMIT, "rank 0 never listened"),
-        }
-        std::thread::sleep(POLL);
+    let listen = (!etcd).then(|| "127.0.0.1:0".to_string());
+    let mut procs: Vec<(String, JoinHandle<Result<(), String>>)> = vec![(
+        "rank 0".into(),
+        spawn("rank 0".into(), listen, first(0), Duration::ZERO),
+    )];
+    let master = match etcd {
+        true => None,
+        false => loop {
+            let said = lock(&world).log.iter().find_map(|(_, line)| {
+                line.strip_prefix("ELASTIC phase=listening port=")
+                    .map(|port| format!("127.0.0.1:{port}"))
+            });
+            match said {
+                Some(master) => break Some(master),
+                None => assert!(start.elapsed() < WORLD_LIMIT, "rank 0 never listened"),
+            }
+            std::thread::sleep(POLL);
+        },
     };
-    let master = format!("127.0.0.1:{port}");
     for rank in 1..script.world {
         let name = format!("rank {rank}");
         procs.push((

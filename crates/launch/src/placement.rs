@@ -1,7 +1,9 @@
 //! Who this process is in the job (its rank, the world size, its GPU on this host) and where rank 0
 //! listens, from the command line or from the variables a launcher sets ([`placement`]; [`joiner`] for
 //! a process that joins a running job), and the connection to rank 0 ([`connect`]). The examples'
-//! rendezvous (`multi_process`, `elastic`) start here.
+//! rendezvous (`multi_process`, `elastic`) start here. A job whose ranks meet elsewhere than at rank 0
+//! (the elastic library's membership in etcd) reads the same without rank 0's address ([`standing`],
+//! [`local_rank`]).
 //!
 //! Sources, in this order (the first that is present gives the values):
 //!
@@ -41,10 +43,38 @@ pub struct Placement {
 
 impl fmt::Display for Placement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}, rank 0 at {}", self.standing(), self.master)
+    }
+}
+
+impl Placement {
+    /// Where this process stands, without rank 0's address.
+    pub fn standing(&self) -> Standing {
+        Standing {
+            rank: self.rank,
+            world_size: self.world_size,
+            local_rank: self.local_rank,
+            source: self.source,
+        }
+    }
+}
+
+/// Where this process stands, and which source said so, without rank 0's address ([`standing`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Standing {
+    pub rank: u32,
+    pub world_size: u32,
+    pub local_rank: u32,
+    /// Where the rank and world size came from (`"flags"`, `"torchrun"`, `"Slurm"`, ...).
+    pub source: &'static str,
+}
+
+impl fmt::Display for Standing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "rank {} of {}, local rank {} (from {}), rank 0 at {}",
-            self.rank, self.world_size, self.local_rank, self.source, self.master
+            "rank {} of {}, local rank {} (from {})",
+            self.rank, self.world_size, self.local_rank, self.source
         )
     }
 }
@@ -200,6 +230,30 @@ impl Sources<'_> {
         Ok(pick(self.flag("--local-rank")?, from_env).unwrap_or(0))
     }
 
+    /// The rank, the world size and the local rank, and which source gave them.
+    fn standing(&self) -> Result<Standing, String> {
+        let first = self.said.first();
+        let (rank_flag, size_flag) = (self.flag("--rank")?, self.flag("--world-size")?);
+        let source = match (&rank_flag, &size_flag, first) {
+            (Some(_), Some(_), _) | (_, _, None) => "flags",
+            (_, _, Some(s)) => s.source,
+        };
+        let rank = pick(rank_flag, first.map(|s| &s.rank))
+            .ok_or("no rank: pass --rank, or run under torchrun, srun or mpirun")?;
+        let world_size = pick(size_flag, first.map(|s| &s.size))
+            .ok_or("no world size: pass --world-size, or run under torchrun, srun or mpirun")?;
+        let local_rank = self.local_rank()?;
+        if world_size == 0 || rank >= world_size {
+            return Err(format!("rank {rank} is outside a world of {world_size}"));
+        }
+        Ok(Standing {
+            rank,
+            world_size,
+            local_rank,
+            source,
+        })
+    }
+
     /// `--master`, else `MASTER_ADDR:MASTER_PORT` (port 29500 by default).
     fn master(&self) -> Result<String, String> {
         if let Some(m) = self.flags.get("--master") {
@@ -225,20 +279,12 @@ pub fn placement(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Placement, String> {
     let s = sources(args, env)?;
-    let first = s.said.first();
-    let (rank_flag, size_flag) = (s.flag("--rank")?, s.flag("--world-size")?);
-    let source = match (&rank_flag, &size_flag, first) {
-        (Some(_), Some(_), _) | (_, _, None) => "flags",
-        (_, _, Some(s)) => s.source,
-    };
-    let rank = pick(rank_flag, first.map(|s| &s.rank))
-        .ok_or("no rank: pass --rank, or run under torchrun, srun or mpirun")?;
-    let world_size = pick(size_flag, first.map(|s| &s.size))
-        .ok_or("no world size: pass --world-size, or run under torchrun, srun or mpirun")?;
-    let local_rank = s.local_rank()?;
-    if world_size == 0 || rank >= world_size {
-        return Err(format!("rank {rank} is outside a world of {world_size}"));
-    }
+    let Standing {
+        rank,
+        world_size,
+        local_rank,
+        source,
+    } = s.standing()?;
     Ok(Placement {
         rank,
         world_size,
@@ -246,6 +292,18 @@ pub fn placement(
         master: s.master()?,
         source,
     })
+}
+
+/// Where this process stands, read as [`placement`] reads it, for a job whose ranks need not meet at
+/// rank 0: rank 0's address is not needed (a `--master` given is accepted, and unused).
+pub fn standing(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<Standing, String> {
+    sources(args, env)?.standing()
+}
+
+/// A joining process's local rank (its GPU), read as [`joiner`] reads it, for a job whose ranks need
+/// not meet at rank 0: rank 0's address is not needed (a `--master` given is accepted, and unused).
+pub fn local_rank(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> Result<u32, String> {
+    sources(args, env)?.local_rank()
 }
 
 /// A process that joins a running job later (a replacement): it has no rank yet, only its local rank
@@ -471,5 +529,50 @@ mod tests {
             let err = run(args, vars).unwrap_err();
             assert!(err.contains(want), "{args:?} {vars:?}: {err}");
         }
+    }
+
+    /// A job whose ranks meet elsewhere reads everything but rank 0's address, which it may leave out;
+    /// `placement` and `joiner` still need it.
+    #[test]
+    fn standing_and_local_rank_need_no_master() {
+        let env = |name: &str| {
+            let vars = [
+                ("SLURM_PROCID", "3"),
+                ("SLURM_NTASKS", "8"),
+                ("SLURM_LOCALID", "1"),
+            ];
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        };
+        let me = standing(&[], &env).expect("no master needed");
+        assert_eq!(
+            me,
+            Standing {
+                rank: 3,
+                world_size: 8,
+                local_rank: 1,
+                source: "Slurm"
+            }
+        );
+        assert_eq!(me.to_string(), "rank 3 of 8, local rank 1 (from Slurm)");
+        let with_master: Vec<String> = ["--master", "h:1"].map(String::from).into();
+        assert_eq!(standing(&with_master, &env), Ok(me));
+        let flags: Vec<String> = ["--local-rank", "2"].map(String::from).into();
+        assert_eq!(local_rank(&flags, &env), Ok(2));
+        assert_eq!(local_rank(&[], &env), Ok(1));
+        for err in [
+            placement(&[], &env).map(|_| ()),
+            joiner(&[], &env).map(|_| ()),
+        ] {
+            let err = err.expect_err("rank 0's address needed");
+            assert!(err.contains("missing --master HOST:PORT"), "{err}");
+        }
+        let p = placement(&with_master, &env).expect("a placement");
+        assert_eq!(p.standing(), me);
+        assert_eq!(
+            p.to_string(),
+            "rank 3 of 8, local rank 1 (from Slurm), rank 0 at h:1"
+        );
     }
 }
