@@ -10,7 +10,10 @@
 //! lease, which etcd ends one TTL after its last renewal. Unique ids are made by the ranks, never by
 //! the coordinator's thread: the coordinator asks a survivor for one (`idfrom/<gen>/<name>`), and the
 //! rank that holds the role makes the grow id on its own communicator, as rank 0 does in the embedded
-//! membership.
+//! membership. Any rank of the parent may: NCCL 2.29.7's `ncclCommGetUniqueId` starts the grow's
+//! bootstrap root in the calling process and sends its handle to the parent's ranks 0 and N-1, which
+//! receive it in `ncclCommGrow` (src/init.cc; `bcastGrowHandle`, src/bootstrap.cc). nccl.h calls that
+//! caller the root, whatever its rank.
 
 mod coordinator;
 mod state;

@@ -5,11 +5,11 @@
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::{Duration, Instant};
 
-use metrale_gpu_sys::cuda::{self, CUstream};
+use metrale_gpu_sys::cuda::CUstream;
 use metrale_gpu_sys::nccl::*;
 use metrale_gpu_watchdog::{
-    bounded, CommWork, Communicator, GiveUp, GiveUpBound, GiveUpCall, GiveUpError, Poll, WaitError,
-    Watchdog, Watched,
+    bounded, CommWork, Communicator, CudaContext, GiveUp, GiveUpBound, GiveUpCall, GiveUpError,
+    Poll, WaitError, Watchdog, Watched,
 };
 
 use crate::fabric::{unix_us, Lost, Outcome};
@@ -181,27 +181,15 @@ fn abort_owned(comm: Communicator) {
     }
 }
 
-/// `ncclCommAbort` of `comm` on a thread of its own, waited for at most `bound`. NCCL 2.29.7's abort
-/// first joins the communicator's init job (`ncclCommEnsureReady`, src/init.cc), and a grow's job may
-/// be stuck in the bootstrap with a dead peer: given up on, the abort keeps its thread and the handle,
-/// and the rank holds the generation as aborted (it never touches `comm` again either way).
+/// `ncclCommAbort` of `comm` on a thread of its own, waited for at most `bound`
+/// ([`Communicator::abort_within`]). NCCL 2.29.7's abort first joins the communicator's init job
+/// (`ncclCommEnsureReady`, src/init.cc), and a grow's job may be stuck in the bootstrap with a dead
+/// peer: given up on, the abort keeps its thread and the handle, and the rank holds the generation as
+/// aborted (it never touches `comm` again either way).
 fn abort_bounded(comm: NcclComm, bound: Duration) {
-    let handed = Handed(comm);
-    let released = bounded::call(
-        "ncclCommAbort",
-        bound,
-        &|| None,
-        move || release(handed.get(), true),
-        |late| {
-            if let Err(e) = late {
-                eprintln!("warning: {e}");
-            }
-        },
-    );
-    if let Err(e) = released
-        .map_err(|e| e.to_string())
-        .and_then(|released| released)
-    {
+    // SAFETY: a communicator of the rank's, owned here from now on and never used again.
+    let comm = unsafe { Communicator::from_raw(comm) };
+    if let Err(e) = comm.abort_within(bound) {
         eprintln!("warning: {e}");
     }
 }
@@ -283,38 +271,28 @@ pub fn shrink(
     })
 }
 
-/// A communicator, or the caller's CUDA context, handed to the thread of a bounded call
-/// (`metrale_gpu_watchdog::bounded`); nothing else is wrapped.
-struct Handed<T>(T);
+/// A communicator handed to the thread of a bounded call (`metrale_gpu_watchdog::bounded`).
+struct Handed(NcclComm);
 
-// SAFETY: NCCL and CUDA take these handles from any thread, one thread at a time: the rank hands one
-// over and uses it again only if the call returned in time (the call's thread is then done with it).
-unsafe impl<T: Copy> Send for Handed<T> {}
+// SAFETY: NCCL takes a communicator from any thread, one thread at a time: the rank hands one over
+// and uses it again only if the call returned in time (the call's thread is then done with it).
+unsafe impl Send for Handed {}
 
-impl<T: Copy> Handed<T> {
+impl Handed {
     /// The handle (a method, so that a closure captures the `Send` wrapper, not the bare handle).
-    fn get(&self) -> T {
+    fn get(&self) -> NcclComm {
         self.0
     }
 }
 
-/// The calling thread's CUDA context, for a bounded call's thread: NCCL allocates on the current
-/// device (`ncclCommGrow`'s pinned abort flag, a new rank's communicator).
-fn current_context() -> Result<Handed<cuda::CUcontext>, String> {
-    let api = cuda::driver("metrale-gpu-elastic").map_err(|e| e.to_string())?;
-    let mut ctx: cuda::CUcontext = std::ptr::null_mut();
-    // SAFETY: writes one handle through a valid pointer.
-    check_cuda(unsafe { api.cuCtxGetCurrent(&mut ctx) }, "cuCtxGetCurrent")
-        .map_err(|e| e.to_string())?;
-    Ok(Handed(ctx))
-}
-
-/// Makes `ctx` current on this thread.
-fn make_current(ctx: &Handed<cuda::CUcontext>) -> Result<(), String> {
-    let api = cuda::driver("metrale-gpu-elastic").map_err(|e| e.to_string())?;
-    // SAFETY: the rank's primary context (made current by `Gpu::new`), retained for the process's life.
-    check_cuda(unsafe { api.cuCtxSetCurrent(ctx.get()) }, "cuCtxSetCurrent")
-        .map_err(|e| e.to_string())
+/// The rank's CUDA context, for a bounded call's thread: NCCL allocates on the current device
+/// (`ncclCommGrow`'s pinned abort flag, a new rank's communicator).
+fn current_context() -> Result<CudaContext, String> {
+    match CudaContext::current() {
+        Ok(Some(ctx)) => Ok(ctx),
+        Ok(None) => Err("no CUDA context is current on the rank's thread".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Aborts each of `comms` that is there, where a step failed: a failure to abort is said, not returned
@@ -328,7 +306,8 @@ fn abort_all(comms: &[NcclComm]) {
     }
 }
 
-/// Rank 0's `ncclCommGetUniqueId` on idle generation `gen`, for the grow: on a thread of its own,
+/// The grow root's `ncclCommGetUniqueId` on idle generation `gen` (the rank that offers the grow: rank
+/// 0, or the etcd membership's coordinator; any rank of the parent may): on a thread of its own,
 /// given up on when the rendezvous says `gen` is lost or after `limit` (see `metrale_gpu_watchdog::bounded`: it sends to
 /// ranks 0 and N-1 before it returns, and retries a dead one for about a minute). An error means the
 /// communicator is gone: aborted after NCCL's error, or left to the call's thread, which aborts it.
@@ -384,24 +363,28 @@ pub fn grow(
         limit,
         &|| who.lost(gen),
         move || {
-            let res = make_current(&ctx).map(|()| {
-                let id = id
-                    .as_ref()
-                    .map_or(std::ptr::null(), |id| id as *const NcclUniqueId);
-                // SAFETY: the arguments nccl.h prescribes for this caller; the parent is used by this
-                // thread alone until the call returns; id and config are read during the call; the
-                // cell outlives every write.
-                unsafe {
-                    ncclCommGrow(
-                        handed.get(),
-                        size as i32,
-                        id,
-                        rank,
-                        cell.as_ptr(),
-                        &mut config(),
-                    )
-                }
-            });
+            // SAFETY: the rank's primary context (made current by `Gpu::new`), retained for the
+            // process's life.
+            let res = unsafe { ctx.make_current() }
+                .map_err(|e| e.to_string())
+                .map(|()| {
+                    let id = id
+                        .as_ref()
+                        .map_or(std::ptr::null(), |id| id as *const NcclUniqueId);
+                    // SAFETY: the arguments nccl.h prescribes for this caller; the parent is used by this
+                    // thread alone until the call returns; id and config are read during the call; the
+                    // cell outlives every write.
+                    unsafe {
+                        ncclCommGrow(
+                            handed.get(),
+                            size as i32,
+                            id,
+                            rank,
+                            cell.as_ptr(),
+                            &mut config(),
+                        )
+                    }
+                });
             (handed, res)
         },
         move |(handed, _)| abort_all(&[cell.load(Ordering::Acquire), handed.get()]),

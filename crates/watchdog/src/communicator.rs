@@ -1,7 +1,12 @@
 //! [`Communicator`]: an NCCL communicator owned by one value, so that giving up on it (an abort) is seen
 //! by everything that can reach it afterwards.
 
+use std::time::Duration;
+
 use metrale_gpu_sys::nccl::{check_nccl, ncclCommAbort, GpuError, NcclComm};
+
+use crate::give_up::{self, Outcome};
+use crate::{GiveUpBound, GiveUpCall, GiveUpError};
 
 /// An NCCL communicator handle, owned: made from the raw handle once ([`from_raw`](Self::from_raw), the
 /// one `unsafe` step), then reached through this value alone. [`abort`](Self::abort) consumes it; a wait
@@ -68,6 +73,29 @@ impl Communicator {
     /// `Ok`).
     pub fn abort(mut self) -> Result<(), GpuError> {
         self.abort_in_place()
+    }
+
+    /// `ncclCommAbort` on a thread of its own, the calling thread's CUDA context current there, waited
+    /// for at most `bound`: NCCL's abort first joins the communicator's pending init or group job, which
+    /// a dead peer may hold for good. Past the bound the call is left to its thread, and the error says
+    /// so ([`GiveUpError::Stuck`]). Nothing is called if it was given up on before.
+    pub fn abort_within(mut self, bound: Duration) -> Result<(), GiveUpError> {
+        let Some(comm) = self.take_raw() else {
+            return Ok(());
+        };
+        let handed = Handed(comm);
+        // SAFETY: a live communicator owned by this value (`from_raw`'s contract), forgotten above: the
+        // call's thread is the only one to touch it again.
+        let call = GiveUpCall::new("ncclCommAbort", move || Ok(unsafe { handed.abort() }?));
+        let (mut outcomes, stuck) = give_up::make(vec![call], GiveUpBound::Return(bound));
+        match (outcomes.pop(), stuck) {
+            (Some(Outcome::Returned(result)), _) => result,
+            (_, stuck) => Err(stuck.unwrap_or(GiveUpError::Stuck {
+                call: "ncclCommAbort",
+                after: bound,
+                communicators: 1,
+            })),
+        }
     }
 
     /// Gives the handle back to the caller, who owns it again (`None` once aborted or refused).

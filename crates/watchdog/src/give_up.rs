@@ -5,10 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use metrale_gpu_sys::cuda::{self, check_cuda, CUcontext};
-
 use crate::bounded;
-use crate::GiveUpError;
+use crate::{CudaContext, GiveUpError};
 
 /// How long a wait's give-up (all its aborts, or all its revokes) may take, and what follows when NCCL
 /// has not returned by then. `ncclCommAbort` and `ncclCommRevoke` first join the communicator's pending
@@ -109,7 +107,9 @@ pub(crate) fn make(
     bound: GiveUpBound,
 ) -> (Vec<Outcome>, Option<GiveUpError>) {
     let start = Instant::now();
-    let context = Context::current();
+    // The waiting thread's context, made current on each call's thread, so that NCCL's call runs there
+    // as it would have on the waiting thread; none where there is no driver or no current context.
+    let context = CudaContext::current().ok().flatten();
     let mut stuck: Option<GiveUpError> = None;
     let outcomes = calls
         .into_iter()
@@ -120,7 +120,12 @@ pub(crate) fn make(
                 Some(limit) => {
                     let left = limit.saturating_sub(start.elapsed());
                     let call = move || {
-                        context.make_current();
+                        if let Some(context) = context {
+                            // SAFETY: the waiting thread's context, alive while its communicators
+                            // are. A failure is NCCL's to meet: the call then runs without it, as on
+                            // a thread of the application's that never set one.
+                            let _ = unsafe { context.make_current() };
+                        }
                         call()
                     };
                     match bounded::call(what, left, &|| None, call, move |_| late()) {
@@ -150,35 +155,4 @@ pub(crate) fn make(
         std::process::abort();
     }
     (outcomes, stuck)
-}
-
-/// The waiting thread's CUDA context, made current on each call's thread, so that NCCL's call runs there
-/// as it would have on the waiting thread. None where there is no driver or no current context.
-#[derive(Clone, Copy)]
-struct Context(Option<CUcontext>);
-
-// SAFETY: a CUDA context may be made current on any thread; it is only ever made current, never
-// destroyed, and the application keeps it alive while its communicators live.
-unsafe impl Send for Context {}
-
-impl Context {
-    fn current() -> Context {
-        let Ok(api) = cuda::driver("the watchdog's give-up") else {
-            return Context(None);
-        };
-        let mut ctx: CUcontext = std::ptr::null_mut();
-        // SAFETY: writes one handle through a valid pointer.
-        let got = check_cuda(unsafe { api.cuCtxGetCurrent(&mut ctx) }, "cuCtxGetCurrent");
-        Context((got.is_ok() && !ctx.is_null()).then_some(ctx))
-    }
-
-    /// Makes the context current on this thread; a failure is NCCL's to meet (the call then runs
-    /// without it, as on a thread of the application's that never set one).
-    fn make_current(self) {
-        let (Some(ctx), Ok(api)) = (self.0, cuda::driver("the watchdog's give-up")) else {
-            return;
-        };
-        // SAFETY: a context that was current on the waiting thread, alive while its communicators are.
-        let _ = check_cuda(unsafe { api.cuCtxSetCurrent(ctx) }, "cuCtxSetCurrent");
-    }
 }

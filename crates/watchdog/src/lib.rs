@@ -110,6 +110,7 @@
 pub mod bounded;
 mod comm_work;
 mod communicator;
+mod context;
 mod error;
 mod give_up;
 mod watched;
@@ -120,6 +121,7 @@ use metrale_gpu_sys::nccl::{check_nccl, ncclComm_t, ncclResult_t, CUstream};
 
 pub use comm_work::CommWork;
 pub use communicator::Communicator;
+pub use context::CudaContext;
 pub use error::{GiveUp, GiveUpError, WaitError};
 use give_up::Outcome;
 pub use give_up::{GiveUpBound, GiveUpCall};

@@ -328,6 +328,61 @@ fn a_blocking_abort_is_left_to_its_thread_and_the_wait_returns_within_its_bound(
     );
 }
 
+/// `Communicator::abort_within`: an abort that returns is its answer; one that blocks is left to its
+/// thread once the bound passed, and the error says so; one given up on before calls nothing.
+#[test]
+fn abort_within_returns_within_its_bound_and_leaves_a_blocking_abort_to_its_thread() {
+    let case = "abort_within_returns_within_its_bound_and_leaves_a_blocking_abort_to_its_thread";
+    if in_counting_child(case).is_some() {
+        return;
+    }
+    let (Some((after_abort, aborts)), Some(block)) =
+        (abort_counters(), counter(c"metrale_counting_block"))
+    else {
+        return;
+    };
+    let fake: NcclComm = std::ptr::NonNull::<u8>::dangling().as_ptr().cast();
+    // SAFETY: the stand-in answers for this handle and never dereferences it.
+    let comm = unsafe { Communicator::from_raw(fake) };
+    assert_eq!(comm.abort_within(BLOCKING), Ok(()));
+    assert_eq!(aborts(), 1, "aborted once");
+    // SAFETY: as above.
+    let mut taken = unsafe { Communicator::from_raw(fake) };
+    assert_eq!(taken.take_raw(), Some(fake));
+    assert_eq!(taken.abort_within(BLOCKING), Ok(()), "nothing to abort");
+    assert_eq!(aborts(), 1, "a handle taken back is not aborted");
+
+    block();
+    let other: NcclComm = std::ptr::NonNull::<u64>::dangling().as_ptr().cast();
+    // SAFETY: as above.
+    let comm = unsafe { Communicator::from_raw(other) };
+    let start = Instant::now();
+    let err = comm.abort_within(BLOCKING).expect_err("blocked for good");
+    let took = start.elapsed();
+    // The stated bound (200 ms); a loaded machine may oversleep, an unbounded abort never returns.
+    assert!(
+        took >= BLOCKING && took < BLOCKING + Duration::from_secs(10),
+        "{took:?}"
+    );
+    assert!(
+        matches!(
+            err,
+            watchdog::GiveUpError::Stuck {
+                call: "ncclCommAbort",
+                communicators: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(aborts(), 2, "the abort was made, once");
+    assert_eq!(
+        after_abort(),
+        0,
+        "a call reached NCCL with an aborted handle"
+    );
+}
+
 #[cfg(nccl_2_29)]
 #[test]
 fn a_blocking_revoke_is_left_to_its_thread_and_its_communicator_is_not_aborted() {
