@@ -121,18 +121,27 @@ fn one_coordinator_per_generation(end: &Ending) -> Vec<String> {
     took
 }
 
+/// `world` ranks with `kills`, each the death of one rank, the first coordinator's among them: as many
+/// die, no two ranks make one generation, another rank takes the role, and every live rank ends in a
+/// world of `world` again (replacements grow it back). The coordinators, in the order they took the
+/// role, and the run.
+fn coordinator_dies(store: Store, world: usize, kills: Vec<Kill>) -> (Vec<String>, Ending) {
+    let deaths = kills.len();
+    let end = run(script(store, world, kills));
+    assert_eq!(end.deaths(), deaths, "{:#?}", end.log);
+    let took = one_coordinator_per_generation(&end);
+    assert!(took.len() >= 2, "another rank took the role: {took:?}");
+    assert!(end.killed(&took[0]), "the first coordinator died: {took:?}");
+    end.assert_world(world);
+    (took, end)
+}
+
 #[test]
 fn the_coordinator_killed_in_the_steady_state_the_job_goes_on_at_full_size() {
     let Some((store, _cluster)) = shared() else {
         return;
     };
-    let kill = Kill::on_own(COORDINATOR, "steady", 0);
-    let end = run(script(store, 4, vec![kill]));
-    assert_eq!(end.deaths(), 1, "{:#?}", end.log);
-    let took = one_coordinator_per_generation(&end);
-    assert!(took.len() >= 2, "another rank took the role: {took:?}");
-    assert!(end.killed(&took[0]), "the first coordinator died: {took:?}");
-    end.assert_world(4);
+    coordinator_dies(store, 4, vec![Kill::on_own(COORDINATOR, "steady", 0)]);
 }
 
 #[test]
@@ -145,11 +154,7 @@ fn the_coordinator_killed_during_the_agreement_a_new_one_ends_the_recovery() {
         // The coordinator dies once it gave up on the lost generation, before any plan.
         Kill::on_own(COORDINATOR, "detect", 0),
     ];
-    let end = run(script(store, 6, kills));
-    assert_eq!(end.deaths(), 2, "{:#?}", end.log);
-    let took = one_coordinator_per_generation(&end);
-    assert!(took.len() >= 2, "another rank took the role: {took:?}");
-    end.assert_world(6);
+    coordinator_dies(store, 6, kills);
 }
 
 /// Rank 3 dies once rank 0 (the first coordinator) trains; rank 0 dies at its `calls`-th call after
@@ -160,17 +165,9 @@ fn coordinator_killed_after_its_plan(store: Store, calls: usize) {
         Kill::on_rank0("rank 3", "steady"),
         Kill::on_own(COORDINATOR, "plan", calls),
     ];
-    let end = run(script(store, 4, kills));
-    assert_eq!(end.deaths(), 2, "{:#?}", end.log);
-    let took = one_coordinator_per_generation(&end);
-    assert_eq!(took.first().map(String::as_str), Some("rank 0"), "{took:?}");
-    assert!(
-        end.killed("rank 0") && end.killed("rank 3"),
-        "{:#?}",
-        end.log
-    );
-    assert!(took.len() >= 2, "another rank took the role: {took:?}");
-    end.assert_world(4);
+    let (took, end) = coordinator_dies(store, 4, kills);
+    assert_eq!(took[0], "rank 0", "{took:?}");
+    assert!(end.killed("rank 3"), "{:#?}", end.log);
 }
 
 #[test]
@@ -199,12 +196,7 @@ fn the_coordinator_killed_as_it_makes_the_grow_id_a_new_one_grows_the_world() {
         // The coordinator chose to grow (a replacement waits); it dies at its `ncclCommGetUniqueId`.
         Kill::on_own(COORDINATOR, "growid", 1),
     ];
-    let end = run(script(store, 4, kills));
-    assert_eq!(end.deaths(), 2, "{:#?}", end.log);
-    let took = one_coordinator_per_generation(&end);
-    assert!(took.len() >= 2, "another rank took the role: {took:?}");
-    assert!(end.killed(&took[0]), "the first coordinator died: {took:?}");
-    end.assert_world(4);
+    coordinator_dies(store, 4, kills);
 }
 
 /// The coordinator dies in the steady state, and the rank that takes the role from it dies as soon as
@@ -218,16 +210,13 @@ fn the_rank_that_took_the_role_killed_at_once_a_third_one_ends_the_recovery() {
         Kill::on_own(COORDINATOR, "steady", 0),
         Kill::on_own(NEXT_COORDINATOR, "coordinator", 0),
     ];
-    let end = run(script(store, 4, kills));
-    assert_eq!(end.deaths(), 2, "{:#?}", end.log);
-    let took = one_coordinator_per_generation(&end);
+    let (took, end) = coordinator_dies(store, 4, kills);
     assert!(took.len() >= 3, "a third rank took the role: {took:?}");
     assert!(
-        end.killed(&took[0]) && end.killed(&took[1]),
-        "the first two coordinators died: {took:?}"
+        end.killed(&took[1]),
+        "the second coordinator died: {took:?}"
     );
     assert!(!end.killed(&took[2]), "the third lives: {took:?}");
-    end.assert_world(4);
 }
 
 /// The coordinator dies in the steady state, and rank 2 dies as rank 1 detects the loss, before the
@@ -244,21 +233,13 @@ fn another_rank_killed_during_the_takeover_the_new_coordinator_leaves_both_out()
             ..Kill::on_own("rank 2", "detect", 0)
         },
     ];
-    let end = run(script(store, 4, kills));
-    assert_eq!(end.deaths(), 2, "{:#?}", end.log);
+    let (took, end) = coordinator_dies(store, 4, kills);
+    assert_eq!(took[0], "rank 0", "{took:?}");
+    assert!(end.killed("rank 2"), "{:#?}", end.log);
     assert!(
-        end.killed("rank 0") && end.killed("rank 2"),
-        "{:#?}",
-        end.log
-    );
-    let took = one_coordinator_per_generation(&end);
-    assert_eq!(took.first().map(String::as_str), Some("rank 0"), "{took:?}");
-    assert!(
-        took[1..].iter().all(|n| n != "rank 2"),
+        !took.iter().any(|n| n == "rank 2"),
         "rank 2 died before it could take the role: {took:?}"
     );
-    assert!(took.len() >= 2, "another rank took the role: {took:?}");
-    end.assert_world(4);
 }
 
 #[test]
@@ -285,10 +266,7 @@ fn the_coordinator_killed_while_the_world_grows_a_new_one_recovers_and_grows_it_
         // The coordinator made the grow id and announced the grow; it dies as the grow begins.
         Kill::on_own(COORDINATOR, "growing", 0),
     ];
-    let end = run(script(store, 4, kills));
-    assert_eq!(end.deaths(), 2, "{:#?}", end.log);
-    let took = one_coordinator_per_generation(&end);
-    assert!(took.len() >= 2, "another rank took the role: {took:?}");
+    let (_, end) = coordinator_dies(store, 4, kills);
     let grows = end
         .log
         .iter()
@@ -299,7 +277,6 @@ fn the_coordinator_killed_while_the_world_grows_a_new_one_recovers_and_grows_it_
         "a grow before the death and one after\n{:#?}",
         end.log
     );
-    end.assert_world(4);
 }
 
 /// Two of etcd's three members stopped once the ranks train: no generation is made after, and every

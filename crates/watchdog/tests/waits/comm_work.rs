@@ -282,15 +282,24 @@ fn wait_all_gives_up_once_on_a_communicator_listed_twice() {
 /// The bound of the blocking cases: the wait's timeout, and the give-up's (the default: the same).
 const BLOCKING: Duration = Duration::from_millis(200);
 
+/// A counter of the stand-in's (or its switch).
+type Counter = extern "C" fn() -> i32;
+
+/// In the child that runs `case`: the stand-in's counters of calls after an abort and of aborts, and
+/// its switch that makes every abort and revoke block for good. `None` in the test's own process (it
+/// ran the child), or where the stand-in is not loaded.
+fn blocking_standin(case: &str) -> Option<(Counter, Counter, Counter)> {
+    if in_counting_child(case).is_some() {
+        return None;
+    }
+    let (after_abort, aborts) = abort_counters()?;
+    Some((after_abort, aborts, counter(c"metrale_counting_block")?))
+}
+
 #[test]
 fn a_blocking_abort_is_left_to_its_thread_and_the_wait_returns_within_its_bound() {
     let case = "a_blocking_abort_is_left_to_its_thread_and_the_wait_returns_within_its_bound";
-    if in_counting_child(case).is_some() {
-        return;
-    }
-    let (Some((after_abort, aborts)), Some(block)) =
-        (abort_counters(), counter(c"metrale_counting_block"))
-    else {
+    let Some((after_abort, aborts, block)) = blocking_standin(case) else {
         return;
     };
     block();
@@ -333,12 +342,7 @@ fn a_blocking_abort_is_left_to_its_thread_and_the_wait_returns_within_its_bound(
 #[test]
 fn abort_within_returns_within_its_bound_and_leaves_a_blocking_abort_to_its_thread() {
     let case = "abort_within_returns_within_its_bound_and_leaves_a_blocking_abort_to_its_thread";
-    if in_counting_child(case).is_some() {
-        return;
-    }
-    let (Some((after_abort, aborts)), Some(block)) =
-        (abort_counters(), counter(c"metrale_counting_block"))
-    else {
+    let Some((after_abort, aborts, block)) = blocking_standin(case) else {
         return;
     };
     let fake: NcclComm = std::ptr::NonNull::<u8>::dangling().as_ptr().cast();
