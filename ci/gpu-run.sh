@@ -21,7 +21,10 @@
 #   tests  at each count: the GPU, fault and NCCL API suites with cargo-nextest from the archive
 #          (crates/testkit/gpu-nextest.toml: one test at a time, each killed after 300 s), except the fixed-count tests
 #          and the peer-kill test; GPU_TESTS=<nextest filterset> picks some. The NCCL API suite's elastic
-#          test runs the staged elastic example (METRALE_ELASTIC_BIN). A test that prints
+#          test runs the staged elastic example (METRALE_ELASTIC_BIN), the whole step beside a 3-member etcd
+#          cluster on loopback (ci/etcd-cluster) for its etcd scenarios: Debian's etcd that ci/gpu staged
+#          (.gpu-build/etcd/*.deb), unpacked into a temporary folder first on PATH, else the host's etcd on
+#          PATH; without either those scenarios print SKIP. A test that prints
 #          "SKIP <test>: <why>" (it needs more GPUs in one process than this host has) is a SKIP row; one
 #          that prints "SKIP <test> (<check>): <why>" skipped that check only: a PASS row naming it
 #   fixed  once: the tests of a fixed rank count (the GPU suite's fixed::, 300 MiB at 2 ranks, 16 ranks), and
@@ -96,12 +99,59 @@ for d in "${dirs[@]}"; do
 done | tee "$logdir/libnccl-found.txt"
 mapfile -t found < <(sed -n 's/^found libnccl \([^ ]*\) in /\1 /p' "$logdir/libnccl-found.txt")
 
-# nextest LOG LIMIT FILTERSET [OPTION...]: the staged suites of $build under cargo-nextest, one row per test,
-# labelled with the version and the placement the tests printed ("2 ranks on 1 GPU, 2 hosts (hosts)"), or
-# with LABEL.
+# etcd for the elastic etcd scenarios: the Debian packages ci/gpu staged, unpacked here (dpkg-deb, else ar and
+# tar, else python3 and tar), else the host's own. The tests step then runs inside ci/etcd-cluster.
+etcd_wrap=() etcd_tmp=""
+trap '[ -z "$etcd_tmp" ] || rm -rf "$etcd_tmp"' EXIT
+# unpack_deb DEB DIR: the package's files under DIR.
+unpack_deb() {
+    if command -v dpkg-deb >/dev/null; then dpkg-deb -x "$1" "$2"; return; fi
+    local scratch
+    scratch=$(mktemp -d "$etcd_tmp/ar.XXXXXX") || return
+    if command -v ar >/dev/null; then
+        (cd "$scratch" && ar x "$1") || return
+    else
+        # A .deb is an ar archive: a 60-byte header a member (name, ..., size at 48), its data padded to even.
+        python3 - "$1" "$scratch" <<'PY' || return
+import os, sys
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"!<arch>\n", "not an ar archive"
+at = 8
+while at + 60 <= len(data):
+    name, size = data[at:at + 16].decode().strip().rstrip("/"), int(data[at + 48:at + 58])
+    open(os.path.join(sys.argv[2], os.path.basename(name)), "wb").write(data[at + 60:at + 60 + size])
+    at += 60 + size + size % 2
+PY
+    fi
+    mkdir -p "$2" && tar -xf "$scratch"/data.tar.* -C "$2"
+}
+debs=()
+for deb in "$repo"/.gpu-build/etcd/etcd-server_*.deb "$repo"/.gpu-build/etcd/etcd-client_*.deb; do
+    [ -e "$deb" ] && debs+=("$deb")
+done
+if [ ${#debs[@]} = 2 ]; then
+    etcd_tmp=$(mktemp -d /tmp/gpu-run-etcd.XXXXXX)
+    ok=true
+    for deb in "${debs[@]}"; do unpack_deb "$deb" "$etcd_tmp/root" || ok=false; done
+    if $ok && [ -x "$etcd_tmp/root/usr/bin/etcd" ] && [ -x "$etcd_tmp/root/usr/bin/etcdctl" ]; then
+        export PATH=$etcd_tmp/root/usr/bin:$PATH
+    else
+        record FAIL 0 "etcd from .gpu-build/etcd" "cannot unpack ${debs[*]##*/} (needs dpkg-deb, ar or python3, and tar)"
+    fi
+fi
+if command -v etcd >/dev/null && command -v etcdctl >/dev/null; then
+    etcd_wrap=("$repo/ci/etcd-cluster" --)
+    echo "etcd for the elastic etcd scenarios: $(command -v etcd) ($(etcd --version | head -n 1))" |
+        tee -a "$logdir/machine.txt"
+fi
+
+# nextest LOG LIMIT FILTERSET [OPTION...]: the staged suites of $build under cargo-nextest (inside WRAP, an
+# array, where set), one row per test, labelled with the version and the placement the tests printed
+# ("2 ranks on 1 GPU, 2 hosts (hosts)"), or with LABEL.
+wrap=()
 nextest() {
     local log=$1 limit=$2 filter=$3; shift 3
-    step "$log" "$limit" "$repo/.gpu-build/cargo-nextest" nextest run --archive-file "$build/tests.tar.zst" \
+    step "$log" "$limit" "${wrap[@]}" "$repo/.gpu-build/cargo-nextest" nextest run --archive-file "$build/tests.tar.zst" \
         --workspace-remap "$repo" --config-file "$here/nextest.toml" --profile gpu --run-ignored all \
         --color never --test-threads "${GPU_TEST_THREADS:-1}" -E "not ($not_tests) and ($filter)" "$@"
     local label plan
@@ -193,10 +243,12 @@ for run in "${runs[@]}"; do
     fi
 
     if [[ $steps == *" tests "* ]]; then
+        wrap=("${etcd_wrap[@]}")
         for n in $(counts tests); do
             METRALE_TEST_RANKS=$n METRALE_ELASTIC_BIN=$build/elastic nextest "$out/suites-$n.log" 3000 \
                 "(${GPU_TESTS:-all()}) and not ($kill_test) and not ($fixed_tests) and not ($example_tests)"
         done
+        wrap=()
     fi
     if [[ $steps == *" fixed "* ]]; then
         LABEL="[$tag, fixed rank counts on $gpus GPU(s)]" nextest "$out/fixed.log" 900 "$fixed_tests"
