@@ -56,6 +56,20 @@ mkdir -p "$logdir" && logdir=$(cd "$logdir" && pwd) || exit 2
 . "$here/BUILD" || { echo "$here/BUILD missing: stage with ci/gpu first" >&2; exit 2; }
 # The checkout the archives' paths are remapped to (a CUDA 12 tree is one folder further down).
 repo=$(cd "$here/${REPO_UP:-..}" && pwd)
+# This run's temporary folder (etcd's files), removed when it ends.
+scratch=$(mktemp -d /tmp/gpu-run.XXXXXX) || exit 2
+trap 'rm -rf "$scratch"' EXIT
+# unxz FILE: FILE's xz data, decompressed to stdout (xz, else python3's lzma).
+unxz() {
+    if command -v xz >/dev/null; then xz -dc "$1"
+    else python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$1"; fi
+}
+# ci/gpu stages the binaries compressed: each unpacked beside its .xz, where it is missing or older.
+for z in "$repo/.gpu-build/cargo-nextest.xz" "$here"/nccl-*/*.xz; do
+    [ -e "$z" ] && [ "$z" -nt "${z%.xz}" ] || continue
+    { unxz "$z" > "${z%.xz}.part" && chmod +x "${z%.xz}.part" && mv "${z%.xz}.part" "${z%.xz}"; } ||
+        { echo "cannot unpack $z (needs xz or python3)" >&2; exit 2; }
+done
 runs=("$@")
 [ ${#runs[@]} -gt 0 ] || read -ra runs <<< "$VERSIONS"
 steps=" ${GPU_STEPS:-info multi tests fixed kill} "
@@ -99,20 +113,20 @@ for d in "${dirs[@]}"; do
 done | tee "$logdir/libnccl-found.txt"
 mapfile -t found < <(sed -n 's/^found libnccl \([^ ]*\) in /\1 /p' "$logdir/libnccl-found.txt")
 
-# etcd for the elastic etcd scenarios: the Debian packages ci/gpu staged, unpacked here (dpkg-deb, else ar and
-# tar, else python3 and tar), else the host's own. The tests step then runs inside ci/etcd-cluster.
-etcd_wrap=() etcd_tmp=""
-trap '[ -z "$etcd_tmp" ] || rm -rf "$etcd_tmp"' EXIT
+# etcd for the elastic etcd scenarios: the Debian packages ci/gpu staged, unpacked here (dpkg-deb, else ar or
+# python3, and tar), else the host's own. The tests step then runs inside ci/etcd-cluster.
+etcd_wrap=()
 # unpack_deb DEB DIR: the package's files under DIR.
 unpack_deb() {
     if command -v dpkg-deb >/dev/null; then dpkg-deb -x "$1" "$2"; return; fi
-    local scratch
-    scratch=$(mktemp -d "$etcd_tmp/ar.XXXXXX") || return
+    local members
+    members=$(mktemp -d "$scratch/deb.XXXXXX") || return
     if command -v ar >/dev/null; then
-        (cd "$scratch" && ar x "$1") || return
+        (cd "$members" && ar x "$1") || return
     else
-        # A .deb is an ar archive: a 60-byte header a member (name, ..., size at 48), its data padded to even.
-        python3 - "$1" "$scratch" <<'PY' || return
+        # A .deb is an ar archive: a 60-byte header a member (its name first, its size at 48), its data
+        # padded to an even length.
+        python3 - "$1" "$members" <<'PY' || return
 import os, sys
 data = open(sys.argv[1], "rb").read()
 assert data[:8] == b"!<arch>\n", "not an ar archive"
@@ -123,18 +137,17 @@ while at + 60 <= len(data):
     at += 60 + size + size % 2
 PY
     fi
-    mkdir -p "$2" && tar -xf "$scratch"/data.tar.* -C "$2"
+    mkdir -p "$2" && unxz "$members/data.tar.xz" | tar -x -C "$2"
 }
 debs=()
 for deb in "$repo"/.gpu-build/etcd/etcd-server_*.deb "$repo"/.gpu-build/etcd/etcd-client_*.deb; do
     [ -e "$deb" ] && debs+=("$deb")
 done
 if [ ${#debs[@]} = 2 ]; then
-    etcd_tmp=$(mktemp -d /tmp/gpu-run-etcd.XXXXXX)
     ok=true
-    for deb in "${debs[@]}"; do unpack_deb "$deb" "$etcd_tmp/root" || ok=false; done
-    if $ok && [ -x "$etcd_tmp/root/usr/bin/etcd" ] && [ -x "$etcd_tmp/root/usr/bin/etcdctl" ]; then
-        export PATH=$etcd_tmp/root/usr/bin:$PATH
+    for deb in "${debs[@]}"; do unpack_deb "$deb" "$scratch/etcd" || ok=false; done
+    if $ok && [ -x "$scratch/etcd/usr/bin/etcd" ] && [ -x "$scratch/etcd/usr/bin/etcdctl" ]; then
+        export PATH=$scratch/etcd/usr/bin:$PATH
     else
         record FAIL 0 "etcd from .gpu-build/etcd" "cannot unpack ${debs[*]##*/} (needs dpkg-deb, ar or python3, and tar)"
     fi
