@@ -21,7 +21,10 @@
 #   tests  at each count: the GPU, fault and NCCL API suites with cargo-nextest from the archive
 #          (crates/testkit/gpu-nextest.toml: one test at a time, each killed after 300 s), except the fixed-count tests
 #          and the peer-kill test; GPU_TESTS=<nextest filterset> picks some. The NCCL API suite's elastic
-#          test runs the staged elastic example (METRALE_ELASTIC_BIN). A test that prints
+#          test runs the staged elastic example (METRALE_ELASTIC_BIN), the whole step beside a 3-member etcd
+#          cluster on loopback (ci/etcd-cluster) for its etcd scenarios: Debian's etcd that ci/gpu staged
+#          (.gpu-build/etcd/*.deb), unpacked into a temporary folder first on PATH, else the host's etcd on
+#          PATH; without either those scenarios print SKIP. A test that prints
 #          "SKIP <test>: <why>" (it needs more GPUs in one process than this host has) is a SKIP row; one
 #          that prints "SKIP <test> (<check>): <why>" skipped that check only: a PASS row naming it
 #   fixed  once: the tests of a fixed rank count (the GPU suite's fixed::, 300 MiB at 2 ranks, 16 ranks), and
@@ -53,6 +56,20 @@ mkdir -p "$logdir" && logdir=$(cd "$logdir" && pwd) || exit 2
 . "$here/BUILD" || { echo "$here/BUILD missing: stage with ci/gpu first" >&2; exit 2; }
 # The checkout the archives' paths are remapped to (a CUDA 12 tree is one folder further down).
 repo=$(cd "$here/${REPO_UP:-..}" && pwd)
+# This run's temporary folder (etcd's files), removed when it ends.
+scratch=$(mktemp -d /tmp/gpu-run.XXXXXX) || exit 2
+trap 'rm -rf "$scratch"' EXIT
+# unxz FILE: FILE's xz data, decompressed to stdout (xz, else python3's lzma).
+unxz() {
+    if command -v xz >/dev/null; then xz -dc "$1"
+    else python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$1"; fi
+}
+# ci/gpu stages the binaries compressed: each unpacked beside its .xz, where it is missing or older.
+for z in "$repo/.gpu-build/cargo-nextest.xz" "$here"/nccl-*/*.xz; do
+    [ -e "$z" ] && [ "$z" -nt "${z%.xz}" ] || continue
+    { unxz "$z" > "${z%.xz}.part" && chmod +x "${z%.xz}.part" && mv "${z%.xz}.part" "${z%.xz}"; } ||
+        { echo "cannot unpack $z (needs xz or python3)" >&2; exit 2; }
+done
 runs=("$@")
 [ ${#runs[@]} -gt 0 ] || read -ra runs <<< "$VERSIONS"
 steps=" ${GPU_STEPS:-info multi tests fixed kill} "
@@ -96,12 +113,58 @@ for d in "${dirs[@]}"; do
 done | tee "$logdir/libnccl-found.txt"
 mapfile -t found < <(sed -n 's/^found libnccl \([^ ]*\) in /\1 /p' "$logdir/libnccl-found.txt")
 
-# nextest LOG LIMIT FILTERSET [OPTION...]: the staged suites of $build under cargo-nextest, one row per test,
-# labelled with the version and the placement the tests printed ("2 ranks on 1 GPU, 2 hosts (hosts)"), or
-# with LABEL.
+# etcd for the elastic etcd scenarios: the Debian packages ci/gpu staged, unpacked here (dpkg-deb, else ar or
+# python3, and tar), else the host's own. The tests step then runs inside ci/etcd-cluster.
+etcd_wrap=()
+# unpack_deb DEB DIR: the package's files under DIR.
+unpack_deb() {
+    if command -v dpkg-deb >/dev/null; then dpkg-deb -x "$1" "$2"; return; fi
+    local members
+    members=$(mktemp -d "$scratch/deb.XXXXXX") || return
+    if command -v ar >/dev/null; then
+        (cd "$members" && ar x "$1") || return
+    else
+        # A .deb is an ar archive: a 60-byte header a member (its name first, its size at 48), its data
+        # padded to an even length.
+        python3 - "$1" "$members" <<'PY' || return
+import os, sys
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"!<arch>\n", "not an ar archive"
+at = 8
+while at + 60 <= len(data):
+    name, size = data[at:at + 16].decode().strip().rstrip("/"), int(data[at + 48:at + 58])
+    open(os.path.join(sys.argv[2], os.path.basename(name)), "wb").write(data[at + 60:at + 60 + size])
+    at += 60 + size + size % 2
+PY
+    fi
+    mkdir -p "$2" && unxz "$members/data.tar.xz" | tar -x -C "$2"
+}
+debs=()
+for deb in "$repo"/.gpu-build/etcd/etcd-server_*.deb "$repo"/.gpu-build/etcd/etcd-client_*.deb; do
+    [ -e "$deb" ] && debs+=("$deb")
+done
+if [ ${#debs[@]} = 2 ]; then
+    ok=true
+    for deb in "${debs[@]}"; do unpack_deb "$deb" "$scratch/etcd" || ok=false; done
+    if $ok && [ -x "$scratch/etcd/usr/bin/etcd" ] && [ -x "$scratch/etcd/usr/bin/etcdctl" ]; then
+        export PATH=$scratch/etcd/usr/bin:$PATH
+    else
+        record FAIL 0 "etcd from .gpu-build/etcd" "cannot unpack ${debs[*]##*/} (needs dpkg-deb, ar or python3, and tar)"
+    fi
+fi
+if command -v etcd >/dev/null && command -v etcdctl >/dev/null; then
+    etcd_wrap=("$repo/ci/etcd-cluster" --)
+    echo "etcd for the elastic etcd scenarios: $(command -v etcd) ($(etcd --version | head -n 1))" |
+        tee -a "$logdir/machine.txt"
+fi
+
+# nextest LOG LIMIT FILTERSET [OPTION...]: the staged suites of $build under cargo-nextest (inside WRAP, an
+# array, where set), one row per test, labelled with the version and the placement the tests printed
+# ("2 ranks on 1 GPU, 2 hosts (hosts)"), or with LABEL.
+wrap=()
 nextest() {
     local log=$1 limit=$2 filter=$3; shift 3
-    step "$log" "$limit" "$repo/.gpu-build/cargo-nextest" nextest run --archive-file "$build/tests.tar.zst" \
+    step "$log" "$limit" "${wrap[@]}" "$repo/.gpu-build/cargo-nextest" nextest run --archive-file "$build/tests.tar.zst" \
         --workspace-remap "$repo" --config-file "$here/nextest.toml" --profile gpu --run-ignored all \
         --color never --test-threads "${GPU_TEST_THREADS:-1}" -E "not ($not_tests) and ($filter)" "$@"
     local label plan
@@ -193,10 +256,12 @@ for run in "${runs[@]}"; do
     fi
 
     if [[ $steps == *" tests "* ]]; then
+        wrap=("${etcd_wrap[@]}")
         for n in $(counts tests); do
             METRALE_TEST_RANKS=$n METRALE_ELASTIC_BIN=$build/elastic nextest "$out/suites-$n.log" 3000 \
                 "(${GPU_TESTS:-all()}) and not ($kill_test) and not ($fixed_tests) and not ($example_tests)"
         done
+        wrap=()
     fi
     if [[ $steps == *" fixed "* ]]; then
         LABEL="[$tag, fixed rank counts on $gpus GPU(s)]" nextest "$out/fixed.log" 900 "$fixed_tests"

@@ -19,6 +19,11 @@
 //! ```
 //!
 //! Every phase prints one line, `ELASTIC phase=… key=value …`, with its measured times.
+//!
+//! Built with `--features metrale-gpu-elastic/etcd`, the program keeps its membership in etcd where
+//! `METRALE_ETCD_ENDPOINTS` is set (with a job token, `METRALE_JOB_TOKEN`, the same on every rank):
+//! the job then outlives any rank, the coordinator included, and a replacement joins through etcd. The
+//! default build compiles none of etcd's client. The library's README says how it works.
 
 use std::process::ExitCode;
 

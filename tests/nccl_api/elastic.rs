@@ -31,16 +31,26 @@
 //!   port from its first line to the end (every 250 ms: garbage, an HTTP request, a connect-and-close,
 //!   silence, an 8 MiB line, hellos and JOINs with a forged proof or an old token in clear; the testkit's `strays`),
 //!   through the steady loop, the recovery and the grow: the run ends as 4x1 does, rank 0 says it
-//!   refused them, and no stray is answered a byte.
+//!   refused them, and no stray is answered a byte;
+//! - `etcd8`, `etcd16`: the membership kept in etcd (the example built with
+//!   `--features metrale-gpu-elastic/etcd`, an etcd cluster at `METRALE_ETCD_ENDPOINTS`, a job token of
+//!   its own each run), every rank started at once with no rendezvous address. `etcd8`: 8 ranks, rank 0
+//!   (the first coordinator) killed at a random moment of the steady loop. `etcd16`: 16 ranks, three
+//!   deaths, one at a random moment of the steady loop, the others each when the recovery enters a
+//!   phase chosen at random; one of the three is the coordinator's, whoever holds the role then (the
+//!   first death in the first run, the second in the second, the third in the third). Another rank
+//!   takes the role, the survivors recover and replacements grow the world back; no two ranks made one
+//!   generation (the coordinators' `phase=coordinate` lines). Without an etcd (`METRALE_ETCD_ENDPOINTS`
+//!   unset) each prints a SKIP line.
 //!
-//! One test per scenario (`two_ranks_one_killed` .. `four_ranks_one_killed_among_strays`), each within the GPU
-//! runner's per-test limit; a scenario the variable leaves out prints a SKIP line. Runs per scenario:
-//! `METRALE_ELASTIC_RUNS`, else 5 for the RxD and 8-rank phase ones and 3 for the others. Every
-//! process runs `METRALE_ELASTIC_ITERS` rounds (default 3000) of `--step-ms 5`: long enough for the
-//! replacements to start and grow the world before the end. Every run must end as the scenario says:
-//! every process not killed ends well, in one final world, ranks 0 to N-1 of N, N the first world's
-//! size (`never`: its survivors'); the times are printed per run and, per scenario, their median and
-//! worst (MEASURED lines, which the runner's summary lists).
+//! One test per scenario (the macro `scenarios!` below names them), each within the GPU runner's
+//! per-test limit; a scenario the variable leaves out prints a SKIP line. Runs per scenario: `METRALE_ELASTIC_RUNS`, else 5 for the RxD, the 8-rank phase
+//! ones and `etcd8`, and 3 for the others. Every process runs `METRALE_ELASTIC_ITERS` rounds (default
+//! 3000) of `--step-ms 5`: long enough for the replacements to start and grow the world before the end
+//! (the etcd scenarios at least 1000). Every run must end as the scenario says: every process not
+//! killed ends well, in one final world, ranks 0 to N-1 of N, N the first world's size (`never`: its
+//! survivors'); the times are printed per run and, per scenario, their median and worst (MEASURED
+//! lines, which the runner's summary lists).
 //! The example is found through `METRALE_ELASTIC_BIN`, else at `<this test binary's dir>/../examples/
 //! elastic` (`cargo build --release --example elastic` puts it there).
 
@@ -73,6 +83,8 @@ const SCENARIOS_VAR: &str = "METRALE_ELASTIC_SCENARIOS";
 const GROW_ID_DELAY: (&str, &str) = ("METRALE_ELASTIC_GROW_ID_DELAY_MS", "500");
 /// A generous bound on each step of a run (startup, a recovery, a replacement's arrival).
 const STEP_LIMIT: Duration = Duration::from_secs(90);
+/// How often a wait on the lines of every process looks again.
+const LOOK: Duration = Duration::from_millis(10);
 /// The latest moment of a kill after every rank is steady.
 const KILL_WINDOW_MS: u64 = 400;
 /// Rounds every process trains (`--iters`), and what each computes first (`--step-ms`).
@@ -90,7 +102,17 @@ const LATE_ITERS: usize = 300;
 /// replacement of `killed_during_shrink` found the job over; at 1500 it grew the world in 3 runs of 3.
 const SMALL_SECOND_ITERS: usize = 1500;
 
-/// A phase of a recovery in which a later death lands: when rank 0 enters it.
+/// The fewest rounds an etcd job trains: a dead coordinator's role is taken one lease (5 s) after its
+/// last renewal, and the replacements then start, join through etcd and grow the world while the
+/// survivors train on.
+const ETCD_ITERS: usize = 1000;
+/// The variable whose presence chooses the etcd membership (metrale-gpu-elastic's
+/// `etcd::ENDPOINTS_VAR`, behind its feature `etcd`, which this suite does not compile):
+/// `ci/etcd-cluster` sets it, the ranks inherit it.
+const ETCD_ENDPOINTS_VAR: &str = "METRALE_ETCD_ENDPOINTS";
+
+/// A phase of a recovery in which a later death lands: when rank 0 enters it (with the etcd
+/// membership: when any live rank does).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     Agree,
@@ -167,6 +189,12 @@ enum Scenario {
     Coordinator,
     /// 4x1 among stray connections, with a job token.
     Strays,
+    /// The membership in etcd: `deaths` (the coordinator's among them), the first in the steady loop,
+    /// each other one at a phase chosen at random.
+    Etcd {
+        ranks: usize,
+        deaths: usize,
+    },
 }
 
 /// Every scenario, in the order of the tests.
@@ -183,6 +211,14 @@ fn all() -> Vec<Scenario> {
         Scenario::Frozen,
         Scenario::Coordinator,
         Scenario::Strays,
+        Scenario::Etcd {
+            ranks: 8,
+            deaths: 1,
+        },
+        Scenario::Etcd {
+            ranks: 16,
+            deaths: 3,
+        },
     ];
     deaths
         .into_iter()
@@ -209,6 +245,7 @@ impl Scenario {
             Scenario::Frozen => "frozen".into(),
             Scenario::Coordinator => "coordinator".into(),
             Scenario::Strays => "strays".into(),
+            Scenario::Etcd { ranks, .. } => format!("etcd{ranks}"),
         }
     }
 
@@ -216,7 +253,8 @@ impl Scenario {
         match self {
             Scenario::Deaths { ranks, .. }
             | Scenario::Second { ranks, .. }
-            | Scenario::Random { ranks, .. } => ranks,
+            | Scenario::Random { ranks, .. }
+            | Scenario::Etcd { ranks, .. } => ranks,
             Scenario::Late | Scenario::Never | Scenario::Frozen => 8,
             Scenario::Coordinator | Scenario::Strays => 4,
         }
@@ -227,17 +265,8 @@ impl Scenario {
         match self {
             Scenario::Deaths { deaths, .. } => (deaths, Vec::new()),
             Scenario::Second { phase, .. } => (1, vec![phase]),
-            Scenario::Random { deaths, .. } => {
-                // Not the grow id: its victim must be the parent's last rank (its own scenario).
-                let phases: Vec<Phase> = Phase::ALL
-                    .into_iter()
-                    .filter(|&p| p != Phase::GrowId)
-                    .collect();
-                let later = (0..deaths - deaths / 2)
-                    .map(|_| phases[random(phases.len() as u64) as usize])
-                    .collect();
-                (deaths / 2, later)
-            }
+            Scenario::Random { deaths, .. } => (deaths / 2, random_phases(deaths - deaths / 2)),
+            Scenario::Etcd { deaths, .. } => (1, random_phases(deaths - 1)),
             Scenario::Late | Scenario::Never => (2, Vec::new()),
             Scenario::Coordinator | Scenario::Strays | Scenario::Frozen => (1, Vec::new()),
         }
@@ -253,10 +282,24 @@ impl Scenario {
 
     fn default_runs(self) -> usize {
         match self {
-            Scenario::Deaths { .. } | Scenario::Second { ranks: 8, .. } => 5,
+            Scenario::Deaths { .. }
+            | Scenario::Second { ranks: 8, .. }
+            | Scenario::Etcd { ranks: 8, .. } => 5,
             _ => 3,
         }
     }
+}
+
+/// `count` phases of a recovery, each chosen at random; not the grow id: its victim must be the
+/// parent's last rank (a scenario of its own).
+fn random_phases(count: usize) -> Vec<Phase> {
+    let phases: Vec<Phase> = Phase::ALL
+        .into_iter()
+        .filter(|&p| p != Phase::GrowId)
+        .collect();
+    (0..count)
+        .map(|_| phases[random(phases.len() as u64) as usize])
+        .collect()
 }
 
 /// How many runs of `scenario` to make: 0 where `METRALE_ELASTIC_SCENARIOS` (a comma list; all when
@@ -354,6 +397,9 @@ struct Times {
     /// From the first kill to rank 0's first detection, and how it learnt.
     detect_ms: f64,
     how: String,
+    /// With the etcd membership: from the coordinator's death to another rank's taking the role (its
+    /// `phase=coordinator` line, as read here).
+    takeover_ms: Option<f64>,
     revoke_ms: f64,
     agree_ms: f64,
     /// The last recovery's shrink (or init) and how it was made.
@@ -375,7 +421,8 @@ struct Run<'a> {
     plan: Plan,
     deadline: Duration,
     ranks: usize,
-    master: String,
+    /// Rank 0's rendezvous, for the embedded membership; `None` for the one kept in etcd.
+    master: Option<String>,
     procs: Vec<Child>,
     /// Which processes were killed.
     killed: Vec<bool>,
@@ -395,12 +442,17 @@ impl Run<'_> {
         let mut cmd = Command::new(self.bin);
         cmd.args(role)
             .args(["--local-rank", &place.device.to_string()])
-            .args(["--master", &self.master])
+            .args(self.master.iter().flat_map(|m| ["--master", m]))
             .args(["--deadline", &self.deadline.as_secs().to_string()])
             .args(["--iters", &self.iters.to_string()])
             .args(["--step-ms", STEP_MS]);
         for (k, v) in self.plan.nccl_env(index) {
             cmd.env(k, v);
+        }
+        if self.master.is_some() {
+            // The embedded membership: an etcd-capable example would choose the etcd one where the
+            // runner's cluster left its endpoints in the environment.
+            cmd.env_remove(ETCD_ENDPOINTS_VAR);
         }
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         if index == 0 {
@@ -462,6 +514,140 @@ impl Run<'_> {
             .count()
     }
 
+    /// Starts rank `rank` of the first world.
+    fn start_rank(&mut self, rank: usize) {
+        let ranks = self.ranks.to_string();
+        self.start(&[
+            "--rank".into(),
+            rank.to_string(),
+            "--world-size".into(),
+            ranks,
+        ]);
+    }
+
+    /// Waits until every process started so far trains in its steady loop.
+    fn wait_steady(&self) -> Result<(), String> {
+        for p in &self.procs {
+            p.wait_line("ELASTIC phase=steady", STEP_LIMIT)
+                .ok_or(format!(
+                    "{} never reached its steady all-reduce loop",
+                    p.name
+                ))?;
+        }
+        Ok(())
+    }
+
+    /// On a `phase=waiting` line: starts the replacements it asks for, less those pending.
+    fn replace(&mut self, line: &str) -> Result<(), String> {
+        let need = lines::number(line, "replacements").unwrap_or(0);
+        let gen = lines::number(line, "gen").unwrap_or(0);
+        for _ in self.pending(gen)..need {
+            self.start_replacement()?;
+        }
+        Ok(())
+    }
+
+    /// The next `ELASTIC` line of any live process, and when it was read; an error after `silence`
+    /// without one.
+    fn next_line(&self, silence: Duration) -> Result<(Instant, String), String> {
+        let deadline = Instant::now() + silence;
+        loop {
+            let live = (0..self.procs.len()).filter(|&i| !self.killed[i]);
+            let mut lines =
+                live.filter_map(|i| self.procs[i].wait_line("ELASTIC ", Duration::ZERO));
+            if let Some(found) = lines.next() {
+                return Ok(found);
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("no rank said anything more within {silence:?}"));
+            }
+            std::thread::sleep(LOOK);
+        }
+    }
+
+    /// Every process's output so far, in start order.
+    fn outputs(&self) -> Vec<String> {
+        self.procs.iter().map(Child::output).collect()
+    }
+
+    /// The process that holds the coordinating role of the etcd membership, and its term ([`holder`]).
+    fn coordinator(&self) -> Option<(usize, usize)> {
+        holder(&self.outputs())
+    }
+
+    /// SIGKILLs the live coordinator, noted in `dead`; the moment, in µs since the epoch.
+    fn kill_coordinator(&mut self, dead: &mut Option<DeadCoordinator>) -> Result<u128, String> {
+        let (i, term) = self
+            .coordinator()
+            .filter(|&(i, _)| !self.killed[i])
+            .ok_or("no live rank holds the coordinating role")?;
+        let at = Instant::now();
+        let unix = self.kill(i);
+        let name = self.procs[i].name.clone();
+        println!(
+            "{}: {name} held the coordinating role (term {term})",
+            self.name
+        );
+        *dead = Some(DeadCoordinator { name, term, at });
+        Ok(unix)
+    }
+
+    /// A live member of the world other than the coordinator, at random: a process that made a
+    /// generation (a replacement that has not joined yet is none).
+    fn other_member(&self) -> Option<usize> {
+        let holder = self.coordinator().map(|(i, _)| i);
+        let members = (0..self.procs.len())
+            .filter(|&i| !self.killed[i] && Some(i) != holder)
+            .filter(|&i| self.procs[i].output().contains("ELASTIC phase=made"))
+            .collect();
+        pick(members, 1).pop()
+    }
+
+    /// Waits until every process not killed ends: each must end well, and together they are the final
+    /// world, ranks 0 to `size` - 1 of `size`. A replacement that never joined (the job ended first)
+    /// says so, and fails the run. The processes' indices with their final ranks.
+    fn final_world(&mut self, size: usize) -> Result<Vec<(usize, usize)>, String> {
+        let mut finals = Vec::new();
+        for i in 0..self.procs.len() {
+            if self.killed[i] {
+                continue;
+            }
+            let p = &mut self.procs[i];
+            let status = p.wait_exit(STEP_LIMIT);
+            if i >= self.ranks
+                && p.output()
+                    .contains("the job finished before this replacement could join")
+            {
+                return Err(format!(
+                    "{} never joined: the job ended first (raise {ITERS_VAR})",
+                    p.name
+                ));
+            }
+            match status {
+                Some(status) if status.success() => {}
+                status => return Err(format!("{} exited with {status:?} (None: killed)", p.name)),
+            }
+            let out = p.output();
+            let done = out
+                .lines()
+                .find(|l| l.starts_with("ELASTIC result=ok"))
+                .ok_or(format!("{} printed no result=ok", p.name))?;
+            finals.push((i, lines::number(done, "rank"), lines::number(done, "size")));
+        }
+        let mut got: Vec<usize> = finals.iter().filter_map(|&(_, rank, _)| rank).collect();
+        got.sort_unstable();
+        if got != (0..size).collect::<Vec<_>>() || finals.iter().any(|&(_, _, s)| s != Some(size)) {
+            let found: Vec<_> = finals.iter().map(|&(_, rank, size)| (rank, size)).collect();
+            return Err(format!(
+                "the final world is not ranks 0..{size} of {size}: (rank, size) {found:?}"
+            ));
+        }
+        Ok(finals
+            .into_iter()
+            .filter_map(|(i, rank, _)| Some((i, rank?)))
+            .collect())
+    }
+
     /// Every process's output, then the stacks of those still running (a stuck run names the frames it
     /// is stuck in; they are killed when the run is dropped).
     fn dump(&mut self) {
@@ -507,8 +693,12 @@ fn one_run(
         plan,
         deadline,
         ranks,
-        // Rank 0 picks its port and says which (no race for a free one).
-        master: "127.0.0.1:0".into(),
+        // Rank 0 picks its port and says which (no race for a free one). The etcd membership needs
+        // none: every rank and replacement finds the job in etcd.
+        master: match scenario {
+            Scenario::Etcd { .. } => None,
+            _ => Some("127.0.0.1:0".into()),
+        },
         procs: Vec::new(),
         killed: Vec::new(),
         replacements: 0,
@@ -521,8 +711,10 @@ fn one_run(
         },
         // Among strays the job has a token, as it should wherever strangers reach the port: without
         // one a forged JOIN would be queued as a replacement.
+        // With the etcd membership, the token of this run's own job: its keys never mix with another
+        // run's.
         env: match scenario {
-            Scenario::Strays => {
+            Scenario::Strays | Scenario::Etcd { .. } => {
                 vec![(TOKEN_VAR, format!("elastic-test-{:016x}", random(u64::MAX)))]
             }
             _ => Vec::new(),
@@ -530,10 +722,14 @@ fn one_run(
         iters: match scenario {
             Scenario::Late => iters.max(LATE_ITERS),
             Scenario::Second { ranks: 4, .. } => iters.max(SMALL_SECOND_ITERS),
+            Scenario::Etcd { .. } => iters.max(ETCD_ITERS),
             _ => iters,
         },
     };
-    let result = drive(&mut r, scenario);
+    let result = match scenario {
+        Scenario::Etcd { .. } => drive_etcd(&mut r, scenario, run),
+        _ => drive(&mut r, scenario),
+    };
     if result.is_err() {
         r.dump();
     }
@@ -542,33 +738,17 @@ fn one_run(
 
 fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
     let ranks = r.ranks;
-    let arg = |a: &str| a.to_string();
-    r.start(&[
-        arg("--rank"),
-        arg("0"),
-        arg("--world-size"),
-        ranks.to_string(),
-    ]);
+    r.start_rank(0);
     let (_, line) = r.procs[0]
         .wait_line("ELASTIC phase=listening", STEP_LIMIT)
         .ok_or("rank 0 never listened")?;
-    r.master = format!("127.0.0.1:{}", word(&line, "port"));
-    let stream = (scenario == Scenario::Strays).then(|| StrayStream::start(r.master.clone()));
+    let master = format!("127.0.0.1:{}", word(&line, "port"));
+    let stream = (scenario == Scenario::Strays).then(|| StrayStream::start(master.clone()));
+    r.master = Some(master);
     for rank in 1..ranks {
-        r.start(&[
-            arg("--rank"),
-            rank.to_string(),
-            arg("--world-size"),
-            ranks.to_string(),
-        ]);
+        r.start_rank(rank);
     }
-    for p in &r.procs {
-        p.wait_line("ELASTIC phase=steady", STEP_LIMIT)
-            .ok_or(format!(
-                "{} never reached its steady all-reduce loop",
-                p.name
-            ))?;
-    }
+    r.wait_steady()?;
     std::thread::sleep(Duration::from_millis(random(KILL_WINDOW_MS)));
     if scenario == Scenario::Coordinator {
         return coordinator_dies(r).map(|()| None);
@@ -612,56 +792,14 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
             if scenario == Scenario::Late {
                 std::thread::sleep(LATE);
             }
-            let need = field(&line, "replacements").unwrap_or(0.0) as usize;
-            let gen = lines::number(&line, "gen").unwrap_or(0);
-            for _ in r.pending(gen)..need {
-                r.start_replacement()?;
-            }
+            r.replace(&line)?;
         }
         if line.contains("ELASTIC result=") {
             break;
         }
     }
-    // Every live process ends well, and together they are the final world, ranks in order. A
-    // replacement that never joined (the job ended first) says so and counts for nothing.
-    let mut finals = Vec::new();
-    for i in 0..r.procs.len() {
-        if r.killed[i] {
-            continue;
-        }
-        let p = &mut r.procs[i];
-        let status = p.wait_exit(STEP_LIMIT);
-        if i >= ranks
-            && p.output()
-                .contains("the job finished before this replacement could join")
-        {
-            return Err(format!(
-                "{} never joined: the job ended first (raise {ITERS_VAR})",
-                p.name
-            ));
-        }
-        match status {
-            Some(status) if status.success() => {}
-            status => return Err(format!("{} exited with {status:?} (None: killed)", p.name)),
-        }
-        let out = p.output();
-        let done = out
-            .lines()
-            .find(|l| l.starts_with("ELASTIC result=ok"))
-            .ok_or(format!("{} printed no result=ok", p.name))?;
-        finals.push((field(done, "rank"), field(done, "size")));
-    }
-    let mut got: Vec<usize> = finals
-        .iter()
-        .filter_map(|(r, _)| r.map(|r| r as usize))
-        .collect();
-    got.sort_unstable();
     let size = scenario.final_size();
-    if got != (0..size).collect::<Vec<_>>() || finals.iter().any(|(_, s)| *s != Some(size as f64)) {
-        return Err(format!(
-            "the final world is not ranks 0..{size} of {size}: {finals:?}"
-        ));
-    }
+    r.final_world(size)?;
     let rank0 = r.procs[0].output();
     let growid = matches!(
         scenario,
@@ -673,12 +811,7 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
     if growid && !rank0.contains("ncclCommGetUniqueId: given up") {
         return Err("the kill missed rank 0's ncclCommGetUniqueId: rank 0 gave no call up".into());
     }
-    if !later.is_empty() {
-        return Err(format!(
-            "rank 0 never entered {:?}, where a death was to land",
-            later.iter().map(|p| p.name()).collect::<Vec<_>>()
-        ));
-    }
+    never_entered(&later)?;
     if let Some(stream) = stream {
         let tally = stream.stop();
         println!("{}: {tally}", r.name);
@@ -703,6 +836,189 @@ fn drive(r: &mut Run, scenario: Scenario) -> Result<Option<Times>, String> {
         ));
     }
     Ok(Some(Times { killed, ..times }))
+}
+
+/// An error naming the phases no kill landed in (the recovery never entered them).
+fn never_entered(later: &[Phase]) -> Result<(), String> {
+    if later.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "the recovery never entered {:?}, where a death was to land",
+        later.iter().map(|p| p.name()).collect::<Vec<_>>()
+    ))
+}
+
+/// A death of an etcd run still to come: the phase it lands in, and whether its victim is the
+/// coordinator (else another member).
+struct Later {
+    phase: Phase,
+    coordinator: bool,
+}
+
+/// The coordinator's death: who held the role, in which term, and when it was killed.
+struct DeadCoordinator {
+    name: String,
+    term: usize,
+    at: Instant,
+}
+
+/// A run with the membership in etcd: every rank started at once, with no rendezvous address. The
+/// lines of every live process steer it: the coordinator is whoever printed the `phase=coordinator`
+/// line of the highest term; the later deaths land when any rank enters their phase (once per phase
+/// and generation); replacements start when the coordinator says the world is below full size.
+fn drive_etcd(r: &mut Run, scenario: Scenario, run: usize) -> Result<Option<Times>, String> {
+    let ranks = r.ranks;
+    for rank in 0..ranks {
+        r.start_rank(rank);
+    }
+    if let Err(e) = r.wait_steady() {
+        if r.procs[0].output().contains("ELASTIC phase=listening") {
+            return Err(format!(
+                "rank 0 listens for a rendezvous: the elastic example was built without the etcd \
+                 membership (build it with --features metrale-gpu-elastic/etcd); {e}"
+            ));
+        }
+        return Err(e);
+    }
+    std::thread::sleep(Duration::from_millis(random(KILL_WINDOW_MS)));
+    let (_, phases) = scenario.deaths();
+    // Which death is the coordinator's: the first in the first run, the second in the second, ...
+    let theirs = (run - 1) % (phases.len() + 1);
+    let mut later: Vec<Later> = phases
+        .into_iter()
+        .enumerate()
+        .map(|(k, phase)| Later {
+            phase,
+            coordinator: k + 1 == theirs,
+        })
+        .collect();
+    let (first, _) = r
+        .coordinator()
+        .ok_or("every rank trains, and no rank took the coordinating role")?;
+    if first != 0 {
+        return Err(format!(
+            "the first coordinator is {}, not rank 0 (the lowest rank of the first world)",
+            r.procs[first].name
+        ));
+    }
+    let mut dead = None;
+    let killed_at = match theirs {
+        0 => r.kill_coordinator(&mut dead)?,
+        _ => {
+            let victim = r.other_member().ok_or("no member to kill")?;
+            r.kill(victim)
+        }
+    };
+    let mut fired: Vec<(Phase, Option<usize>)> = Vec::new();
+    let mut takeover = None;
+    loop {
+        let (at, line) = r.next_line(STEP_LIMIT)?;
+        if let Some(d) = &dead {
+            let term = lines::number(&line, "term");
+            if takeover.is_none() && line.contains("phase=coordinator ") && term > Some(d.term) {
+                takeover = Some(at.saturating_duration_since(d.at));
+            }
+        }
+        let gen = lines::number(&line, "gen");
+        let due = later
+            .iter()
+            .position(|l| l.phase.starts(&line) && !fired.contains(&(l.phase, gen)));
+        if let Some(k) = due {
+            let victim = match later[k].coordinator {
+                true => r.coordinator().map(|(i, _)| i).filter(|&i| !r.killed[i]),
+                false => r.other_member(),
+            };
+            // None (the role between two holders, or no member left): the phase's next line.
+            if let Some(i) = victim {
+                let death = later.remove(k);
+                fired.push((death.phase, gen));
+                if death.coordinator {
+                    r.kill_coordinator(&mut dead)?;
+                } else {
+                    r.kill(i);
+                }
+            }
+        }
+        if word(&line, "phase") == "waiting" {
+            r.replace(&line)?;
+        }
+        if line.contains("ELASTIC result=") {
+            break;
+        }
+    }
+    let size = scenario.final_size();
+    let finals = r.final_world(size)?;
+    never_entered(&later.iter().map(|l| l.phase).collect::<Vec<_>>())?;
+    let made = one_coordinator_per_generation(&r.outputs())?;
+    let dead = dead.ok_or("the coordinator was never killed")?;
+    let takeover = takeover.ok_or(format!(
+        "no rank took the coordinating role after {} died (term {})",
+        dead.name, dead.term
+    ))?;
+    println!(
+        "{}: generations made by {made} (in order of their making)",
+        r.name
+    );
+    let rank0 = finals
+        .iter()
+        .find(|(_, rank)| *rank == 0)
+        .map(|&(i, _)| r.procs[i].output())
+        .ok_or("no rank 0 in the final world")?;
+    let times = measure(&rank0, killed_at, size)?;
+    Ok(Some(Times {
+        killed: r.killed.iter().filter(|&&k| k).count(),
+        takeover_ms: Some(takeover.as_secs_f64() * 1e3),
+        ..times
+    }))
+}
+
+/// Which of `outputs` (every process's, in start order) holds the coordinating role of the etcd
+/// membership, and its term: the one whose `phase=coordinator` line has the highest term (a new holder's
+/// term is higher than any before).
+fn holder(outputs: &[String]) -> Option<(usize, usize)> {
+    let mut holder: Option<(usize, usize)> = None;
+    for (i, out) in outputs.iter().enumerate() {
+        let took = out
+            .lines()
+            .filter(|l| l.starts_with("ELASTIC phase=coordinator "));
+        for term in took.filter_map(|l| lines::number(l, "term")) {
+            if holder.is_none_or(|(_, t)| term > t) {
+                holder = Some((i, term));
+            }
+        }
+    }
+    holder
+}
+
+/// Who made each generation, from the `phase=coordinate` lines of `outputs` (every process's, the
+/// killed ones' too), in the order of the generations: one coordinator in one term each, generation 0
+/// among them; an error naming a generation made twice.
+fn one_coordinator_per_generation(outputs: &[String]) -> Result<String, String> {
+    let mut made: Vec<(usize, String)> = Vec::new();
+    for line in outputs.iter().flat_map(|out| out.lines()) {
+        if !line.starts_with("ELASTIC phase=coordinate ") {
+            continue;
+        }
+        let gen = lines::number(line, "gen").ok_or(format!("no generation in {line:?}"))?;
+        let term = lines::number(line, "term").ok_or(format!("no term in {line:?}"))?;
+        let by = format!("{} (term {term})", word(line, "name"));
+        if let Some((_, first)) = made.iter().find(|(g, _)| *g == gen) {
+            return Err(format!(
+                "generation {gen} made twice: by {first} and by {by}"
+            ));
+        }
+        made.push((gen, by));
+    }
+    made.sort();
+    if made.first().map(|(g, _)| *g) != Some(0) {
+        return Err("no coordinator made generation 0".into());
+    }
+    Ok(made
+        .iter()
+        .map(|(g, by)| format!("{g}: {by}"))
+        .collect::<Vec<_>>()
+        .join(", "))
 }
 
 /// The job token's variable (metrale-gpu-launch's `token`).
@@ -867,6 +1183,7 @@ fn measure(output: &str, killed_at: u128, ranks: usize) -> Result<Times, String>
     Ok(Times {
         detect_ms: detected_at.saturating_sub(killed_at) as f64 / 1e3,
         how: word(detect, "how").to_string(),
+        takeover_ms: None,
         revoke_ms: num(shrink, "revoke_ms")?,
         agree_ms: num(shrink, "agree_ms")?,
         shrink_ms: num(shrink, "shrink_ms")?,
@@ -898,6 +1215,13 @@ fn run_scenario(scenario: Scenario) {
             scenario.name()
         ));
     }
+    let etcd = std::env::var_os(ETCD_ENDPOINTS_VAR).is_some_and(|v| !v.is_empty());
+    if matches!(scenario, Scenario::Etcd { .. }) && !etcd {
+        return skip(format_args!(
+            "no etcd cluster: {ETCD_ENDPOINTS_VAR} is unset (run under ci/etcd-cluster; the GPU runner \
+             does where etcd is on PATH or staged)"
+        ));
+    }
     let gpus = gpus();
     let bin = elastic_bin();
     let mut failures = Vec::new();
@@ -907,10 +1231,12 @@ fn run_scenario(scenario: Scenario) {
         match one_run(&bin, scenario, run, gpus) {
             Ok(Some(t)) => {
                 measured(&format!(
-                    "{test} run {run}: detect {:.1} ms ({}), revoke {:.1} ms, agree {:.1} ms, {} {:.1} ms, {}, \
+                    "{test} run {run}: detect {:.1} ms ({}){}, revoke {:.1} ms, agree {:.1} ms, {} {:.1} ms, {}, \
                      {} round(s), {} killed, {:.1} s in all",
                     t.detect_ms,
                     t.how,
+                    t.takeover_ms
+                        .map_or(String::new(), |ms| format!(", takeover {ms:.1} ms")),
                     t.revoke_ms,
                     t.agree_ms,
                     t.made_by,
@@ -932,10 +1258,15 @@ fn run_scenario(scenario: Scenario) {
     measured(&format!("{test}: {ok} of {runs} runs as promised"));
     if !rows.is_empty() {
         let joined = |f: fn(&Times) -> &str| rows.iter().map(f).collect::<Vec<_>>().join(",");
+        let takeovers: Vec<f64> = rows.iter().filter_map(|t| t.takeover_ms).collect();
         measured(&format!(
-            "{test} median / worst: detect {} ms (by {}), revoke {} ms, agree {} ms, shrink {} ms (by {}), grow {} ms",
+            "{test} median / worst: detect {} ms (by {}){}, revoke {} ms, agree {} ms, shrink {} ms (by {}), grow {} ms",
             spread(rows.iter().map(|t| t.detect_ms).collect()),
             joined(|t| &t.how),
+            match takeovers.is_empty() {
+                true => String::new(),
+                false => format!(", takeover {} ms", spread(takeovers)),
+            },
             spread(rows.iter().map(|t| t.revoke_ms).collect()),
             spread(rows.iter().map(|t| t.agree_ms).collect()),
             spread(rows.iter().map(|t| t.shrink_ms).collect()),
@@ -980,6 +1311,8 @@ scenarios! {
     eight_ranks_one_frozen: Scenario::Frozen;
     coordinator_killed: Scenario::Coordinator;
     four_ranks_one_killed_among_strays: Scenario::Strays;
+    eight_ranks_in_etcd_the_coordinator_killed: Scenario::Etcd { ranks: 8, deaths: 1 };
+    sixteen_ranks_in_etcd_the_coordinator_and_two_others_killed: Scenario::Etcd { ranks: 16, deaths: 3 };
 }
 
 /// Rank 0's lines of a GPU run (4 ranks, one killed; the grow timed out with every rank alive on a GPU
@@ -1070,4 +1403,32 @@ fn each_phase_starts_on_its_own_line_of_rank_0() {
         let starts: Vec<Phase> = Phase::ALL.into_iter().filter(|p| p.starts(line)).collect();
         assert_eq!(starts, Vec::from_iter(phase), "{line}");
     }
+}
+
+/// With the etcd membership: the coordinator is whoever took the role in the highest term, and a
+/// generation made by two coordinators fails the run, naming both (the membership's line formats).
+#[test]
+fn the_coordinator_and_who_made_each_generation_are_read_from_the_lines() {
+    let first = "ELASTIC phase=coordinator name=rank-0 term=7\n\
+                 ELASTIC phase=coordinate name=rank-0 term=7 gen=0 how=init size=4\n\
+                 ELASTIC phase=steady rank=0 size=4 iterations=100\n";
+    let second = "ELASTIC phase=steady rank=1 size=4 iterations=100\n\
+                  ELASTIC phase=coordinator name=rank-1 term=31\n\
+                  ELASTIC phase=coordinate name=rank-1 term=31 gen=1 how=shrink size=3\n";
+    let twice = "ELASTIC phase=coordinate name=rank-2 term=12 gen=1 how=shrink size=3\n";
+    let outputs = |texts: &[&str]| texts.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+    assert_eq!(holder(&outputs(&[first, second])), Some((1, 31)));
+    assert_eq!(holder(&outputs(&[second, first])), Some((0, 31)));
+    assert_eq!(holder(&outputs(&[twice])), None);
+    assert_eq!(
+        one_coordinator_per_generation(&outputs(&[first, second])).as_deref(),
+        Ok("0: rank-0 (term 7), 1: rank-1 (term 31)")
+    );
+    let err = one_coordinator_per_generation(&outputs(&[first, second, twice])).expect_err("twice");
+    assert!(
+        err.contains("generation 1 made twice: by rank-1 (term 31) and by rank-2 (term 12)"),
+        "{err}"
+    );
+    let err = one_coordinator_per_generation(&outputs(&[second])).expect_err("no generation 0");
+    assert!(err.contains("generation 0"), "{err}");
 }
