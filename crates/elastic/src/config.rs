@@ -73,8 +73,9 @@ impl Config {
     /// `--join`, `--deadline SECS` (default 5), `--iters N` (default 100000) and `--min-size M`
     /// (default 1) are the library's; the rest is read as [`placement::placement`] reads it (flags, or
     /// the variables of torchrun, srun, mpirun or a PMI launcher). Rank 0's address is needed by the
-    /// embedded membership alone: with the membership in etcd ([`crate::store::Store::from_vars`] finds
-    /// one in `env`) it may be left out. A value that would overflow a bound is refused by name.
+    /// embedded membership alone: with the membership in etcd (feature `etcd`, and
+    /// `METRALE_ETCD_ENDPOINTS` in `env`) it may be left out. A value that would overflow a bound is
+    /// refused by name.
     pub fn from_args(
         args: &[String],
         env: &dyn Fn(&str) -> Option<String>,
