@@ -68,7 +68,7 @@ fn the_etcd_membership_is_chosen_by_its_endpoints_and_needs_a_job_token() {
 static CLUSTER: RwLock<()> = RwLock::new(());
 
 /// For a test that leaves etcd's members alone: the store, and a share of the cluster.
-fn shared() -> Option<(Store, RwLockReadGuard<'static, ()>)> {
+pub(crate) fn shared() -> Option<(Store, RwLockReadGuard<'static, ()>)> {
     let store = store()?;
     Some((
         store,
