@@ -392,20 +392,25 @@ impl Fabric for FakeRank {
         self.call()
     }
 
+    /// As NCCL's: waits for the news that `gen` is lost, and gives the communicator up at the deadline
+    /// without it.
     fn give_up_idle(
         &mut self,
         _comm: FakeComm,
         who: &dyn Membership,
         gen: u64,
-        _deadline: Duration,
+        deadline: Duration,
     ) -> Result<Lost, String> {
         self.call()?;
-        let detail = who.lost(gen).ok_or("given up on a generation not lost")?;
+        let start = Instant::now();
+        let Err(detail) = self.wait(who, gen, deadline, |_| false)? else {
+            return Err("the wait for the news of the loss ended without it".into());
+        };
         Ok(Lost {
             how: "rendezvous",
             detail,
             held: Held::Revoked,
-            waited: Duration::ZERO,
+            waited: start.elapsed(),
             at_unix_us: unix_us(),
             revoked: Duration::ZERO,
         })
