@@ -256,14 +256,15 @@ impl Etcd {
         })
     }
 
-    /// A replacement: its place in the next grow, within [`STARTUP`].
+    /// A replacement: its place in the next grow, within [`STARTUP`]. Only a live rank of the newest
+    /// generation may take the coordinating role: once none lives, no grow can come, and it ends.
     fn grow_place(&self) -> Result<Joined, String> {
         let me = &self.inner.name;
         let found = self.inner.wait_for(Instant::now() + STARTUP, |job| {
             if let Some(end) = &job.end {
                 return Some(Err(format!("the job ended: {end}")));
             }
-            job.plans.values().find_map(|p| match &p.kind {
+            let place = job.plans.values().find_map(|p| match &p.kind {
                 Kind::Grow { id } => p.rank_of(me).map(|rank| {
                     Ok(Joined {
                         gen: p.gen,
@@ -274,7 +275,17 @@ impl Etcd {
                     })
                 }),
                 Kind::Made(_) => None,
-            })
+            });
+            let newest = job.newest().filter(|p| p.rank_of(me).is_none());
+            match newest {
+                Some(p) if place.is_none() && !p.names.iter().any(|n| job.live(n)) => {
+                    Some(Err(format!(
+                        "no rank of generation {} lives: the job ended without a grow",
+                        p.gen
+                    )))
+                }
+                _ => place,
+            }
         });
         found.unwrap_or_else(|| Err(format!("no grow took this replacement within {STARTUP:?}")))
     }

@@ -1,7 +1,6 @@
 //! The etcd membership's answers to calls whose outcome it cannot know (a write that got no answer may
-//! have landed), and its promise that a generation it gives up on is lost in its view: against the
-//! cluster of `ci/etcd-cluster`, each step pinned by the test. Without a cluster each prints its skip
-//! line.
+//! have landed), and a replacement's wait on a job that cannot grow: against the cluster of
+//! `ci/etcd-cluster`, each step pinned by the test. Without a cluster each prints its skip line.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -155,4 +154,32 @@ fn the_replacements_gone_during_the_grow_id_the_generation_is_lost_at_once() {
     let order = rank0.offer_grow(0, 5, &bounds, &mut grow_id);
     assert_eq!(order, Ok(Some(Order::Recover { gen: 0 })));
     assert!(rank0.lost(0).is_some(), "{:#?}", rank0.inner.job());
+}
+
+/// A replacement waits for a grow while a rank of the newest generation lives (one may take the role
+/// and grow the world), and ends once none does: no grow can come.
+#[test]
+fn a_replacement_ends_once_no_rank_of_the_newest_generation_lives() {
+    let Some((store, _cluster)) = shared() else {
+        return;
+    };
+    let (rank0, join) = one_rank_and_a_replacement(&store);
+    drop(join);
+    let (say, _) = sink();
+    let bound = (1, Duration::from_secs(5));
+    let replacement = Etcd::join(&store, "join-2", Role::Join, bound, say).expect("a replacement");
+    let start = Instant::now();
+    let waiting = std::thread::spawn(move || (replacement.grow_place().err(), start.elapsed()));
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(!waiting.is_finished(), "it waits while rank 0 lives");
+    // Rank 0 leaves (a finished rank's leave, at once).
+    rank0
+        .leaver
+        .finished
+        .store(true, std::sync::atomic::Ordering::Release);
+    drop(rank0);
+    let (err, took) = waiting.join().expect("the replacement's wait");
+    let err = err.expect("no place");
+    assert!(err.contains("no rank of generation 0 lives"), "{err}");
+    assert!(took < STEP, "it ended after {took:?}");
 }
