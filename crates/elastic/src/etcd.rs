@@ -17,6 +17,8 @@
 
 mod coordinator;
 mod state;
+#[cfg(test)]
+mod tests;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -254,14 +256,15 @@ impl Etcd {
         })
     }
 
-    /// A replacement: its place in the next grow, within [`STARTUP`].
+    /// A replacement: its place in the next grow, within [`STARTUP`]. Only a live rank of the newest
+    /// generation may take the coordinating role: once none lives, no grow can come, and it ends.
     fn grow_place(&self) -> Result<Joined, String> {
         let me = &self.inner.name;
         let found = self.inner.wait_for(Instant::now() + STARTUP, |job| {
             if let Some(end) = &job.end {
                 return Some(Err(format!("the job ended: {end}")));
             }
-            job.plans.values().find_map(|p| match &p.kind {
+            let place = job.plans.values().find_map(|p| match &p.kind {
                 Kind::Grow { id } => p.rank_of(me).map(|rank| {
                     Ok(Joined {
                         gen: p.gen,
@@ -272,7 +275,17 @@ impl Etcd {
                     })
                 }),
                 Kind::Made(_) => None,
-            })
+            });
+            let newest = job.newest().filter(|p| p.rank_of(me).is_none());
+            match newest {
+                Some(p) if place.is_none() && !p.names.iter().any(|n| job.live(n)) => {
+                    Some(Err(format!(
+                        "no rank of generation {} lives: the job ended without a grow",
+                        p.gen
+                    )))
+                }
+                _ => place,
+            }
         });
         found.unwrap_or_else(|| Err(format!("no grow took this replacement within {STARTUP:?}")))
     }
@@ -383,6 +396,16 @@ impl Membership for Etcd {
         let member = &inner.member;
         let mark =
             |g: u64, why: &str| member.put_state(&term, &format!("lost/{g}"), why.as_bytes());
+        // `Order::Recover` means that `lost(gen)` says so: the mark written, this rank waits (a call and
+        // a watch at most) until its own view holds it. A mark that failed leaves the loss to this
+        // rank's report.
+        let give_up = |g: u64, why: &str| {
+            if mark(g, why).is_ok() {
+                let by = Instant::now() + inner.bounds.call + WATCH;
+                inner.wait_for(by, |job| job.lost(gen).map(|_| Ok(())));
+            }
+            Ok(Some(Order::Recover { gen }))
+        };
         let id = match grow_id() {
             Ok(id) => id,
             Err(why) => {
@@ -402,11 +425,10 @@ impl Membership for Etcd {
             .take(now.world - now.names.len())
             .collect();
         if take.is_empty() {
-            let _ = mark(
+            return give_up(
                 gen,
                 "every replacement left while the coordinator made the grow id",
             );
-            return Ok(Some(Order::Recover { gen }));
         }
         let next = GenPlan {
             gen: gen + 1,
@@ -425,8 +447,23 @@ impl Membership for Etcd {
                 (inner.say)(coordinator::line(inner, &term, gen + 1, "grow", size));
                 coordinator::prune(inner, &term, gen + 1);
             }
-            Ok(false) => return Ok(Some(Order::Recover { gen })),
-            Err(_) => return Ok(None),
+            // Deposed: the next coordinator finds the generation as this rank leaves it, and so does
+            // this rank.
+            Err(metrale_gpu_elastic_etcd::Error::Deposed { .. }) => return Ok(None),
+            // The plan exists, and only this term writes plans: a try whose answer was lost wrote it
+            // (the call tries again after a transient error). Or the call got no answer, and may have
+            // written it. Either way the members may follow a grow this rank never announced. No
+            // grow, then: generation `gen` is lost for all, and a grow plan with it (this rank's report
+            // of `gen` loses it).
+            Ok(false) | Err(_) => {
+                return give_up(
+                    gen,
+                    &format!(
+                        "the coordinator could not tell whether it wrote the grow to generation {}",
+                        gen + 1
+                    ),
+                )
+            }
         }
         // Every member of `now` has the order before this rank starts the round the grow follows.
         let others: Vec<&String> = now.names.iter().filter(|n| *n != &inner.name).collect();
@@ -437,23 +474,22 @@ impl Membership for Etcd {
             let ready = |n: &&String| !job.live(n) || job.ready.get(*n) == Some(&(gen + 1));
             others.iter().all(ready).then_some(Ok(()))
         });
-        Ok(Some(match confirmed {
-            Some(Ok(())) => Order::Grow {
+        match confirmed {
+            Some(Ok(())) => Ok(Some(Order::Grow {
                 gen: gen + 1,
                 size,
                 after,
-            },
-            Some(Err(_)) => Order::Recover { gen },
+            })),
+            Some(Err(_)) => Ok(Some(Order::Recover { gen })),
             None => {
                 let why = format!(
                     "a member did not confirm the grow to generation {} within {:?}",
                     gen + 1,
                     bounds.ready
                 );
-                let _ = mark(gen + 1, &why);
-                Order::Recover { gen }
+                give_up(gen + 1, &why)
             }
-        }))
+        }
     }
 
     fn grow_after(&self, gen: u64, step: usize) -> Option<(u64, usize)> {

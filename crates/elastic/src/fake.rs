@@ -103,12 +103,15 @@ struct Group {
     rounds: HashMap<usize, HashSet<usize>>,
 }
 
-#[derive(Default)]
 struct World {
+    /// When the test world started: the log's times count from it.
+    start: Instant,
     /// Communicators by name (made from an id, or from a parent and a generation).
     groups: HashMap<String, Group>,
     /// Every `ELASTIC` line, with its process's name, in order.
     log: Vec<(String, String)>,
+    /// When each line of the log was said, since `start`.
+    times: Vec<Duration>,
     ids: u64,
     /// A place given twice in one round or making, sizes or parents that differ: the protocol broke.
     broken: Vec<String>,
@@ -116,6 +119,27 @@ struct World {
     coordinator_killed_at: Option<usize>,
     /// The [`NEXT_COORDINATOR`]'s kill happened.
     next_killed: bool,
+}
+
+impl World {
+    fn new() -> World {
+        World {
+            start: Instant::now(),
+            groups: HashMap::new(),
+            log: Vec::new(),
+            times: Vec::new(),
+            ids: 0,
+            broken: Vec::new(),
+            coordinator_killed_at: None,
+            next_killed: false,
+        }
+    }
+
+    /// Adds `line`, said by `who`, to the log, with its time.
+    fn say(&mut self, who: &str, line: String) {
+        self.times.push(self.start.elapsed());
+        self.log.push((who.to_string(), line));
+    }
 }
 
 /// One fake rank's side: its name and the shared world.
@@ -254,13 +278,13 @@ impl Fabric for FakeRank {
     type Comm = FakeComm;
 
     fn say(&mut self, line: String) -> Result<(), String> {
-        lock(&self.world).log.push((self.name.clone(), line));
+        lock(&self.world).say(&self.name, line);
         self.alive()
     }
 
     fn sink(&self) -> Sink {
         let (world, name) = (Arc::clone(&self.world), self.name.clone());
-        Arc::new(move |line| lock(&world).log.push((name.clone(), line)))
+        Arc::new(move |line| lock(&world).say(&name, line))
     }
 
     fn new_id(&mut self) -> Result<String, String> {
@@ -368,20 +392,25 @@ impl Fabric for FakeRank {
         self.call()
     }
 
+    /// As NCCL's: waits for the news that `gen` is lost, and gives the communicator up at the deadline
+    /// without it.
     fn give_up_idle(
         &mut self,
         _comm: FakeComm,
         who: &dyn Membership,
         gen: u64,
-        _deadline: Duration,
+        deadline: Duration,
     ) -> Result<Lost, String> {
         self.call()?;
-        let detail = who.lost(gen).ok_or("given up on a generation not lost")?;
+        let start = Instant::now();
+        let Err(detail) = self.wait(who, gen, deadline, |_| false)? else {
+            return Err("the wait for the news of the loss ended without it".into());
+        };
         Ok(Lost {
             how: "rendezvous",
             detail,
             held: Held::Revoked,
-            waited: Duration::ZERO,
+            waited: start.elapsed(),
             at_unix_us: unix_us(),
             revoked: Duration::ZERO,
         })
@@ -433,6 +462,8 @@ pub struct Ending {
     /// Each process's name and its life's end, in start order.
     pub results: Vec<(String, Result<(), String>)>,
     pub log: Vec<(String, String)>,
+    /// When each line of `log` was said, since the world started.
+    pub times: Vec<Duration>,
     pub broken: Vec<String>,
 }
 
@@ -456,7 +487,7 @@ fn config(script: &Script, first: Option<First>, master: Option<&str>) -> Config
 
 /// Runs `script` to its end: every process's thread ends (or the test fails at [`WORLD_LIMIT`]).
 pub fn run(script: Script) -> Ending {
-    let world = shared(World::default());
+    let world = shared(World::new());
     let mut script = script;
     let mut at_line = script.at_line.take();
     let script = Arc::new(script);
@@ -529,11 +560,24 @@ pub fn run(script: Script) -> Ending {
     // Rank 0's lines steer the replacements, as the GPU test's driver does.
     let (mut read, mut started) = (0, 0);
     while !procs.iter().all(|(_, p)| p.is_finished()) {
-        assert!(
-            start.elapsed() < WORLD_LIMIT,
-            "the world did not end within {WORLD_LIMIT:?}: {:#?}",
-            lock(&world).log
-        );
+        if start.elapsed() >= WORLD_LIMIT {
+            // The ends of those that ended, and who still runs: the lines alone do not say.
+            let results = procs
+                .into_iter()
+                .map(|(name, p)| match p.is_finished() {
+                    true => (name, p.join().unwrap_or_else(|_| Err("panicked".into()))),
+                    false => (name, Err("STILL RUNNING".into())),
+                })
+                .collect();
+            let w = lock(&world);
+            let end = Ending {
+                results,
+                log: w.log.clone(),
+                times: w.times.clone(),
+                broken: w.broken.clone(),
+            };
+            panic!("the world did not end within {WORLD_LIMIT:?}\n{end}");
+        }
         let hook = at_line.take_if(|(needle, _)| {
             let w = lock(&world);
             w.log[read..].iter().any(|(_, l)| l.contains(*needle))
@@ -541,7 +585,7 @@ pub fn run(script: Script) -> Ending {
         if let Some((needle, act)) = hook {
             act();
             let done = format!("TEST did what it does at {needle:?}");
-            lock(&world).log.push(("test".into(), done));
+            lock(&world).say("test", done);
         }
         let lines: Vec<String> = {
             let w = lock(&world);
@@ -592,7 +636,27 @@ pub fn run(script: Script) -> Ending {
     Ending {
         results,
         log: w.log.clone(),
+        times: w.times.clone(),
         broken: w.broken.clone(),
+    }
+}
+
+/// Every process's end, then the log with each line's time: what a failed test prints.
+impl std::fmt::Display for Ending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "how each process ended:")?;
+        for (name, end) in &self.results {
+            writeln!(f, "  {name}: {end:?}")?;
+        }
+        for broken in &self.broken {
+            writeln!(f, "broken: {broken}")?;
+        }
+        writeln!(f, "the log (seconds since the start):")?;
+        for (i, (who, line)) in self.log.iter().enumerate() {
+            let at = self.times.get(i).map_or(f64::NAN, Duration::as_secs_f64);
+            writeln!(f, "  {at:8.3} {who}: {line}")?;
+        }
+        Ok(())
     }
 }
 
@@ -615,7 +679,7 @@ impl Ending {
     /// Every process that was not killed ended well, in one world of `size` ranks, 0 to `size - 1`,
     /// and no fake communicator saw a place twice.
     pub fn assert_world(&self, size: usize) {
-        let dump = || format!("{:#?}", self.log);
+        let dump = || self.to_string();
         assert!(self.broken.is_empty(), "{:?}\n{}", self.broken, dump());
         let mut finals = Vec::new();
         for (name, end) in self.live() {

@@ -2,6 +2,6 @@
 //! every module they use, so that no module depends on test support.
 
 #[cfg(feature = "etcd")]
-mod etcd;
+pub(crate) mod etcd;
 mod membership;
 mod recovery;

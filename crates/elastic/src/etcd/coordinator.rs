@@ -83,7 +83,9 @@ impl Coordinating {
         }
     }
 
-    /// Takes the role where this rank may hold it and none does.
+    /// Takes the role where this rank may hold it and none does, or where it holds it without a term:
+    /// a campaign that got no answer may have won it (the key is this rank's, under its lease, and
+    /// nobody else can take it while the rank lives), and a campaign again tells so.
     fn campaign(&mut self, job: &Job) -> Result<(), Error> {
         let me = &self.inner.name;
         let eligible = match job.newest() {
@@ -93,7 +95,8 @@ impl Coordinating {
                 first_world(job).is_some_and(|names| names.iter().find(|n| job.live(n)) == Some(me))
             }
         };
-        if !eligible || job.coordinator.is_some() {
+        let mine = job.coordinator.as_ref().is_some_and(|(name, _)| name == me);
+        if !mine && (!eligible || job.coordinator.is_some()) {
             return Ok(());
         }
         if let Campaign::Won(term) = self.inner.member.campaign()? {

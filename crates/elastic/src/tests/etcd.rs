@@ -68,7 +68,7 @@ fn the_etcd_membership_is_chosen_by_its_endpoints_and_needs_a_job_token() {
 static CLUSTER: RwLock<()> = RwLock::new(());
 
 /// For a test that leaves etcd's members alone: the store, and a share of the cluster.
-fn shared() -> Option<(Store, RwLockReadGuard<'static, ()>)> {
+pub(crate) fn shared() -> Option<(Store, RwLockReadGuard<'static, ()>)> {
     let store = store()?;
     Some((
         store,
@@ -110,14 +110,9 @@ fn one_coordinator_per_generation(end: &Ending) -> Vec<String> {
         }
     }
     for (gen, by) in &made {
-        assert_eq!(
-            by.len(),
-            1,
-            "generation {gen} made by {by:?}\n{:#?}",
-            end.log
-        );
+        assert_eq!(by.len(), 1, "generation {gen} made by {by:?}\n{end}");
     }
-    assert!(made.contains_key(&0), "generation 0 made\n{:#?}", end.log);
+    assert!(made.contains_key(&0), "generation 0 made\n{end}");
     took
 }
 
@@ -128,10 +123,16 @@ fn one_coordinator_per_generation(end: &Ending) -> Vec<String> {
 fn coordinator_dies(store: Store, world: usize, kills: Vec<Kill>) -> (Vec<String>, Ending) {
     let deaths = kills.len();
     let end = run(script(store, world, kills));
-    assert_eq!(end.deaths(), deaths, "{:#?}", end.log);
+    assert_eq!(end.deaths(), deaths, "deaths\n{end}");
     let took = one_coordinator_per_generation(&end);
-    assert!(took.len() >= 2, "another rank took the role: {took:?}");
-    assert!(end.killed(&took[0]), "the first coordinator died: {took:?}");
+    assert!(
+        took.len() >= 2,
+        "another rank took the role: {took:?}\n{end}"
+    );
+    assert!(
+        end.killed(&took[0]),
+        "the first coordinator died: {took:?}\n{end}"
+    );
     end.assert_world(world);
     (took, end)
 }
@@ -166,8 +167,8 @@ fn coordinator_killed_after_its_plan(store: Store, calls: usize) {
         Kill::on_own(COORDINATOR, "plan", calls),
     ];
     let (took, end) = coordinator_dies(store, 4, kills);
-    assert_eq!(took[0], "rank 0", "{took:?}");
-    assert!(end.killed("rank 3"), "{:#?}", end.log);
+    assert_eq!(took[0], "rank 0", "{took:?}\n{end}");
+    assert!(end.killed("rank 3"), "rank 3 killed\n{end}");
 }
 
 #[test]
@@ -211,12 +212,15 @@ fn the_rank_that_took_the_role_killed_at_once_a_third_one_ends_the_recovery() {
         Kill::on_own(NEXT_COORDINATOR, "coordinator", 0),
     ];
     let (took, end) = coordinator_dies(store, 4, kills);
-    assert!(took.len() >= 3, "a third rank took the role: {took:?}");
+    assert!(
+        took.len() >= 3,
+        "a third rank took the role: {took:?}\n{end}"
+    );
     assert!(
         end.killed(&took[1]),
-        "the second coordinator died: {took:?}"
+        "the second coordinator died: {took:?}\n{end}"
     );
-    assert!(!end.killed(&took[2]), "the third lives: {took:?}");
+    assert!(!end.killed(&took[2]), "the third lives: {took:?}\n{end}");
 }
 
 /// The coordinator dies in the steady state, and rank 2 within a poll of it, while the dead
@@ -232,11 +236,11 @@ fn another_rank_killed_during_the_takeover_the_new_coordinator_leaves_both_out()
         Kill::on_rank0("rank 2", "steady"),
     ];
     let (took, end) = coordinator_dies(store, 4, kills);
-    assert_eq!(took[0], "rank 0", "{took:?}");
-    assert!(end.killed("rank 2"), "{:#?}", end.log);
+    assert_eq!(took[0], "rank 0", "{took:?}\n{end}");
+    assert!(end.killed("rank 2"), "rank 2 killed\n{end}");
     assert!(
         !took.iter().any(|n| n == "rank 2"),
-        "rank 2 died before it could take the role: {took:?}"
+        "rank 2 died before it could take the role: {took:?}\n{end}"
     );
 }
 
@@ -270,11 +274,7 @@ fn the_coordinator_killed_while_the_world_grows_a_new_one_recovers_and_grows_it_
         .iter()
         .filter(|(_, l)| l.contains("phase=coordinate ") && l.contains("how=grow"))
         .count();
-    assert!(
-        grows >= 2,
-        "a grow before the death and one after\n{:#?}",
-        end.log
-    );
+    assert!(grows >= 2, "a grow before the death and one after\n{end}");
 }
 
 /// Two of etcd's three members stopped once the ranks train: no generation is made after, and every
@@ -298,17 +298,18 @@ fn the_quorum_lost_every_rank_ends_with_the_error_that_says_so() {
         ..script(store, 3, vec![])
     });
     let live = end.live();
-    assert_eq!(live.len(), 3, "{:#?}", end.log);
+    assert_eq!(live.len(), 3, "no rank killed\n{end}");
     for (name, result) in live {
-        let err = result.as_ref().expect_err("the job cannot go on");
-        assert!(err.contains("lost its quorum"), "{name}: {err}");
+        let Err(err) = result else {
+            panic!("{name} ended well: the job cannot go on\n{end}");
+        };
+        assert!(err.contains("lost its quorum"), "{name}: {err}\n{end}");
     }
     let at = end.log.iter().position(|(who, _)| who == "test");
     let after = &end.log[at.expect("the members were stopped")..];
     assert!(
         !after.iter().any(|(_, l)| l.contains("phase=coordinate ")),
-        "a generation made without a quorum\n{:#?}",
-        end.log
+        "a generation made without a quorum\n{end}"
     );
     drop(stopped);
 }
@@ -333,12 +334,11 @@ fn one_etcd_member_stopped_changes_nothing_for_the_job() {
     });
     assert!(
         end.log.iter().any(|(who, _)| who == "test"),
-        "the member was stopped while the ranks trained"
+        "the member was stopped while the ranks trained\n{end}"
     );
     assert!(
         !end.log.iter().any(|(_, l)| l.contains("phase=detect")),
-        "a loss\n{:#?}",
-        end.log
+        "a loss\n{end}"
     );
     end.assert_world(4);
     drop(stopped);
