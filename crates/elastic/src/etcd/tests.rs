@@ -2,17 +2,17 @@
 //! have landed), and a replacement's wait on a job that cannot grow: against the cluster of
 //! `ci/etcd-cluster`, each step pinned by the test. Without a cluster each prints its skip line.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use metrale_gpu_elastic_etcd::{Campaign, Member};
 
 use super::state::{GenPlan, Job, Kind, Role};
-use super::Etcd;
+use super::{Etcd, Store, ENDPOINTS_VAR};
 use crate::fabric::Sink;
 use crate::membership::{Bounds, Membership, Order};
 use crate::protocol::How;
-use crate::tests::etcd::shared;
+use metrale_gpu_launch::token::JobToken;
 
 /// How long a step of these tests may take: far past a few calls and watches.
 const STEP: Duration = Duration::from_secs(20);
@@ -182,4 +182,44 @@ fn a_replacement_ends_once_no_rank_of_the_newest_generation_lives() {
     let err = err.expect("no place");
     assert!(err.contains("no rank of generation 0 lives"), "{err}");
     assert!(took < STEP, "it ended after {took:?}");
+}
+
+/// The cluster's store for a job of this test's own (a token of its own, a 3 s lease), or `None`
+/// after the skip line.
+pub(crate) fn store() -> Option<Store> {
+    if std::env::var_os(ENDPOINTS_VAR).is_none() {
+        metrale_gpu_testkit::skip::skip(format!(
+            "no etcd cluster: {ENDPOINTS_VAR} is unset (run under ci/etcd-cluster)"
+        ));
+        return None;
+    }
+    let mut etcd = metrale_gpu_elastic_etcd::Config::from_env().expect("ci/etcd-cluster's config");
+    // Short enough for a test, long enough that a loaded machine's renewals keep every live lease.
+    etcd.lease_ttl = Duration::from_secs(3);
+    etcd.call_timeout = Duration::from_secs(1);
+    let test = std::thread::current().name().unwrap_or("test").to_string();
+    let value = format!("{test}-{}-{}", std::process::id(), crate::fabric::unix_us());
+    let token = JobToken::new("the test", &value).expect("a token");
+    Some(Store { etcd, token })
+}
+
+/// Readers: the tests that leave etcd's members alone. Writers: those that stop some.
+static CLUSTER: RwLock<()> = RwLock::new(());
+
+/// For a test that leaves etcd's members alone: the store, and a share of the cluster.
+pub(crate) fn shared() -> Option<(Store, RwLockReadGuard<'static, ()>)> {
+    let store = store()?;
+    Some((
+        store,
+        CLUSTER.read().unwrap_or_else(PoisonError::into_inner),
+    ))
+}
+
+/// For a test that stops etcd members: the store, and the cluster to itself.
+pub(crate) fn exclusive() -> Option<(Store, RwLockWriteGuard<'static, ()>)> {
+    let store = store()?;
+    Some((
+        store,
+        CLUSTER.write().unwrap_or_else(PoisonError::into_inner),
+    ))
 }

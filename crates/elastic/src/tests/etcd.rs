@@ -9,34 +9,14 @@
 //! and passes.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use metrale_gpu_launch::token::JobToken;
 use metrale_gpu_testkit::etcd_cluster::Stopped;
 
+use crate::etcd::tests::{exclusive, shared};
 use crate::etcd::{Store, ENDPOINTS_VAR};
 use crate::fake::{run, Ending, Kill, Script, COORDINATOR, NEXT_COORDINATOR};
 use crate::lines;
-
-/// The cluster's store for a job of this test's own (a token of its own, a 3 s lease), or `None`
-/// after the skip line.
-fn store() -> Option<Store> {
-    if std::env::var_os(ENDPOINTS_VAR).is_none() {
-        metrale_gpu_testkit::skip::skip(format!(
-            "no etcd cluster: {ENDPOINTS_VAR} is unset (run under ci/etcd-cluster)"
-        ));
-        return None;
-    }
-    let mut etcd = metrale_gpu_elastic_etcd::Config::from_env().expect("ci/etcd-cluster's config");
-    // Short enough for a test, long enough that a loaded machine's renewals keep every live lease.
-    etcd.lease_ttl = Duration::from_secs(3);
-    etcd.call_timeout = Duration::from_secs(1);
-    let test = std::thread::current().name().unwrap_or("test").to_string();
-    let value = format!("{test}-{}-{}", std::process::id(), crate::fabric::unix_us());
-    let token = JobToken::new("the test", &value).expect("a token");
-    Some(Store { etcd, token })
-}
 
 #[test]
 fn the_etcd_membership_is_chosen_by_its_endpoints_and_needs_a_job_token() {
@@ -62,27 +42,6 @@ fn the_etcd_membership_is_chosen_by_its_endpoints_and_needs_a_job_token() {
         vec!["http://127.0.0.1:2379".to_string()]
     );
     assert_eq!(store.token.key(), b"t0k3n");
-}
-
-/// Readers: the tests that leave etcd's members alone. Writers: those that stop some.
-static CLUSTER: RwLock<()> = RwLock::new(());
-
-/// For a test that leaves etcd's members alone: the store, and a share of the cluster.
-pub(crate) fn shared() -> Option<(Store, RwLockReadGuard<'static, ()>)> {
-    let store = store()?;
-    Some((
-        store,
-        CLUSTER.read().unwrap_or_else(PoisonError::into_inner),
-    ))
-}
-
-/// For a test that stops etcd members: the store, and the cluster to itself.
-fn exclusive() -> Option<(Store, RwLockWriteGuard<'static, ()>)> {
-    let store = store()?;
-    Some((
-        store,
-        CLUSTER.write().unwrap_or_else(PoisonError::into_inner),
-    ))
 }
 
 /// `world` ranks in etcd with `kills`, replacements as the coordinator asks for them.
