@@ -37,6 +37,8 @@
 # On a one-GPU host: GPU_RANKS="2 4 8" bash .gpu-build/run.sh LOGDIR 2.29.7=/tmp/nccl-2.29.7/lib 2.28.9@2
 # GPU_TEST_THREADS (default 1): tests run at once in each step, sharing the GPUs: the memory checks count
 # each process's own device memory (nvidia-smi), the timing bounds are generous; speed numbers then mean less.
+# GPU_NO_CAPTURE=1: the tests print as they run (nextest's --no-capture, one test at a time), so a step cut
+# off at its budget keeps what its tests printed.
 # GPU_BUDGET_S (default 3600): no step starts after it, and a step is cut off at it. GPU_WAIT_FOR_LIB_S: how
 # long to wait for a LIBDIR's libnccl.so.2 to appear (a build still running). NCCL_NVLS_ENABLE=0 is
 # exported for every process, whatever the caller set: NVLink multicast is forbidden on the project's GPU
@@ -166,7 +168,8 @@ nextest() {
     local log=$1 limit=$2 filter=$3; shift 3
     step "$log" "$limit" "${wrap[@]}" "$repo/.gpu-build/cargo-nextest" nextest run --archive-file "$build/tests.tar.zst" \
         --workspace-remap "$repo" --config-file "$here/nextest.toml" --profile gpu --run-ignored all \
-        --color never --test-threads "${GPU_TEST_THREADS:-1}" -E "not ($not_tests) and ($filter)" "$@"
+        --color never --test-threads "${GPU_TEST_THREADS:-1}" ${GPU_NO_CAPTURE:+--no-capture} \
+        -E "not ($not_tests) and ($filter)" "$@"
     local label plan
     plan=$(grep -m1 -oE '[0-9]+ ranks? on [0-9]+ GPUs?, [0-9]+ hosts? \([a-z-]+\)' "$log")
     label=${LABEL:-"[$tag${plan:+, $plan}]"}

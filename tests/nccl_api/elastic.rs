@@ -98,10 +98,10 @@ const LATE: Duration = Duration::from_secs(3);
 /// the next grow; on one GPU shared by about 32 rank processes a first late grow came at round 131, and
 /// at 150 rounds the second replacement found the job over.
 const LATE_ITERS: usize = 300;
-/// The fewest rounds a 4-rank job with two deaths trains: four ranks train fast, and at 150 rounds the
-/// replacement of `killed_during_shrink` (and the second of `four_ranks_two_killed`) found the job over;
-/// at 1500 it grew the world in 3 runs of 3.
-const SMALL_SECOND_ITERS: usize = 1500;
+/// The fewest rounds a job of at most 4 ranks trains: small jobs train fast. At 150 rounds the
+/// replacement of `2x1`, started beside three other jobs, and that of `killed_during_shrink` found the
+/// job over; at 1500 they grew the world.
+const SMALL_ITERS: usize = 1500;
 
 /// The fewest rounds an etcd job trains: a dead coordinator's role is taken one lease (5 s) after its
 /// last renewal, and the replacements then start, join through etcd and grow the world while the
@@ -722,12 +722,8 @@ fn one_run(
         },
         iters: match scenario {
             Scenario::Late => iters.max(LATE_ITERS),
-            Scenario::Second { ranks: 4, .. }
-            | Scenario::Deaths {
-                ranks: 4,
-                deaths: 2..,
-            } => iters.max(SMALL_SECOND_ITERS),
             Scenario::Etcd { .. } => iters.max(ETCD_ITERS),
+            s if s.ranks() <= 4 => iters.max(SMALL_ITERS),
             _ => iters,
         },
     };
