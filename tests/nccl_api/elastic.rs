@@ -47,7 +47,7 @@
 //! per-test limit; a scenario the variable leaves out prints a SKIP line. Runs per scenario: `METRALE_ELASTIC_RUNS`, else 5 for the RxD, the 8-rank phase
 //! ones and `etcd8`, and 3 for the others. Every process runs `METRALE_ELASTIC_ITERS` rounds (default
 //! 3000) of `--step-ms 5`: long enough for the replacements to start and grow the world before the end
-//! (the etcd scenarios at least 1000). Every run must end as the scenario says: every process not
+//! (the etcd scenarios at least 200). Every run must end as the scenario says: every process not
 //! killed ends well, in one final world, ranks 0 to N-1 of N, N the first world's size (`never`: its
 //! survivors'); the times are printed per run and, per scenario, their median and worst (MEASURED
 //! lines, which the runner's summary lists).
@@ -105,8 +105,9 @@ const SMALL_ITERS: usize = 1500;
 
 /// The fewest rounds an etcd job trains: a dead coordinator's role is taken one lease (5 s) after its
 /// last renewal, and the replacements then start, join through etcd and grow the world while the
-/// survivors train on.
-const ETCD_ITERS: usize = 1000;
+/// survivors train on. Eight ranks on one GPU train a round in about 0.15 s; there the takeover, the
+/// agreement and the grow took about 9 s, some 60 rounds.
+const ETCD_ITERS: usize = 200;
 /// The variable whose presence chooses the etcd membership (metrale-gpu-elastic's
 /// `etcd::ENDPOINTS_VAR`, behind its feature `etcd`, which this suite does not compile):
 /// `ci/etcd-cluster` sets it, the ranks inherit it.
