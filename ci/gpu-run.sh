@@ -164,11 +164,13 @@ fi
 # array, where set), one row per test, labelled with the version and the placement the tests printed
 # ("2 ranks on 1 GPU, 2 hosts (hosts)"), or with LABEL.
 wrap=()
+no_capture=()
+[ "${GPU_NO_CAPTURE:-0}" = 1 ] && no_capture=(--no-capture)
 nextest() {
     local log=$1 limit=$2 filter=$3; shift 3
     step "$log" "$limit" "${wrap[@]}" "$repo/.gpu-build/cargo-nextest" nextest run --archive-file "$build/tests.tar.zst" \
         --workspace-remap "$repo" --config-file "$here/nextest.toml" --profile gpu --run-ignored all \
-        --color never --test-threads "${GPU_TEST_THREADS:-1}" ${GPU_NO_CAPTURE:+--no-capture} \
+        --color never --test-threads "${GPU_TEST_THREADS:-1}" "${no_capture[@]}" \
         -E "not ($not_tests) and ($filter)" "$@"
     local label plan
     plan=$(grep -m1 -oE '[0-9]+ ranks? on [0-9]+ GPUs?, [0-9]+ hosts? \([a-z-]+\)' "$log")
