@@ -46,8 +46,9 @@
 //! One test per scenario (the macro `scenarios!` below names them), each within the GPU runner's
 //! per-test limit; a scenario the variable leaves out prints a SKIP line. Runs per scenario: `METRALE_ELASTIC_RUNS`, else 5 for the RxD, the 8-rank phase
 //! ones and `etcd8`, and 3 for the others. Every process runs `METRALE_ELASTIC_ITERS` rounds (default
-//! 3000) of `--step-ms 5`: long enough for the replacements to start and grow the world before the end
-//! (the etcd scenarios at least 200). Every run must end as the scenario says: every process not
+//! [`ITERS`]) of `--step-ms 5`: long enough for the replacements to start and grow the world before the
+//! end (at least [`LATE_ITERS`] for `late`, [`SMALL_ITERS`] for jobs of at most 4 ranks and
+//! [`ETCD_ITERS`] for the etcd scenarios). Every run must end as the scenario says: every process not
 //! killed ends well, in one final world, ranks 0 to N-1 of N, N the first world's size (`never`: its
 //! survivors'); the times are printed per run and, per scenario, their median and worst (MEASURED
 //! lines, which the runner's summary lists).
